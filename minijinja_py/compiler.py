@@ -1,0 +1,1116 @@
+"""Compiler: walks the AST once and turns every node into a Python closure.
+
+Third step of the flow. Expressions become ``f(scope) -> value``; statements become
+``f(scope, out) -> signal`` where ``out`` is the list of output pieces and ``signal`` is None,
+BREAK or CONTINUE. Dispatch happens once per node here, through the ``_EXPRESSIONS`` and
+``_STATEMENTS`` tables, so rendering is only closure calls.
+
+Scoping follows Jinja2: a for-loop iteration, a macro call and a ``with`` block get a child
+:class:`Scope`; ``if`` does not; the template's own scope holds the render variables and
+top-level ``set``s, its parent holds the globals. Names are resolved at render time by walking
+the chain, so a macro sees the latest value of a template variable (as Jinja2's do).
+
+Errors: the innermost failing expression locates the error once (``TemplateError._locate``);
+Python errors from operators and builtins become TemplateRuntimeError subclasses there.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+
+from . import nodes as n
+from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
+                         TemplateSyntaxError, TemplateTypeError, wrap_python_error)
+from .limits import check_collection_size, check_string_size
+from .methods import METHODS, MUTATORS
+from .symbols import analyse_frame
+from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
+                      unsafe_undefined, wants_environment)
+
+BREAK = "break"
+CONTINUE = "continue"
+
+Expr = Callable[["Scope"], Any]
+Stmt = Callable[["Scope", list], Any]
+
+
+class Scope:
+    """One level of variables, chained to the enclosing level."""
+
+    __slots__ = ("vars", "parent", "ctx")
+
+    def __init__(self, variables: Dict[str, Any], parent: Optional["Scope"],
+                 ctx: "RenderContext") -> None:
+        self.vars = variables
+        self.parent = parent
+        self.ctx = ctx
+
+    def lookup(self, name: str) -> Any:
+        scope: Optional[Scope] = self
+        while scope is not None:
+            value = scope.vars.get(name, MISSING)
+            if value is not MISSING:
+                return value
+            scope = scope.parent
+        return MISSING
+
+
+class RenderContext:
+    """Per-render state: the environment's settings, counters, the root output, spans."""
+
+    __slots__ = ("env", "sandbox", "undefined", "limits", "steps", "max_steps", "depth",
+                 "output_size", "root_out", "spans")
+
+    def __init__(self, env: Any, root_out: list, track_spans: bool) -> None:
+        self.env = env
+        self.sandbox = env.sandbox
+        self.undefined = env.undefined
+        self.limits = env.limits
+        self.steps = 0
+        self.max_steps = env.limits.max_steps
+        self.depth = 0
+        self.output_size = 0
+        self.root_out = root_out
+        self.spans: Optional[List[Tuple[int, int]]] = [] if track_spans else None
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise self.limits.exceeded("max_steps", "too many loop iterations and calls")
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > self.limits.max_recursion:
+            self.depth = 0
+            raise self.limits.exceeded("max_recursion", "macro/loop recursion too deep")
+
+
+def _locate(exc: BaseException, node: n.Node) -> TemplateError:
+    """The located TemplateError for ``exc`` raised while evaluating ``node``."""
+    err = wrap_python_error(exc)
+    err._locate(node.lineno, node.column)
+    return err
+
+
+def to_output(value: Any) -> str:
+    """How ``{{ value }}`` prints: Python's str(), as Jinja2 with autoescape off."""
+    return str(value)
+
+
+def _check_binop(op: str, left: Any, right: Any) -> None:
+    """Refuse results that would exhaust memory, before computing them."""
+    if op == "*":
+        if isinstance(right, int) and isinstance(left, (str, list, tuple)):
+            left, right = right, left
+        if isinstance(left, int) and not isinstance(left, bool) and left > 0:
+            if isinstance(right, str):
+                check_string_size(len(right) * left)
+            elif isinstance(right, (list, tuple)):
+                check_collection_size(len(right) * left)
+            elif isinstance(right, int) and not isinstance(right, bool):
+                _check_int_digits(right.bit_length() + left.bit_length())
+    elif op == "**":
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+            _check_int_digits(int(left.bit_length() * min(right, 10 ** 12)))
+    elif op == "+":
+        if isinstance(left, str) and isinstance(right, str):
+            if len(left) + len(right) > 1_000_000:
+                check_string_size(len(left) + len(right))
+        elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+            if len(left) + len(right) > 100_000:
+                check_collection_size(len(left) + len(right))
+
+
+def _check_int_digits(bits: int) -> None:
+    from .limits import current_limits
+
+    limits = current_limits()
+    digits = int(bits * math.log10(2)) + 1
+    if digits > limits.max_int_digits:
+        raise limits.exceeded("max_int_digits", f"integer of about {digits:,} digits refused")
+
+
+_BINOPS: Dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
+}
+_GUARDED_BINOPS = frozenset({"*", "**", "+"})
+_COMPARE: Dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+    "in": lambda a, b: a in b, "notin": lambda a, b: a not in b,
+}
+
+
+class Compiler:
+    """Compiles one template's AST for one environment."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.sandbox = env.sandbox
+        self.in_if = 0  # inside an `if`, unknown filters/tests fail at render time (Jinja2)
+        self.autoescape = False  # inside `{% autoescape true %}`
+        self.outer_refs: FrozenSet[str] = frozenset()  # names enclosing frames know
+
+    def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = ()
+              ) -> Tuple[Stmt, Tuple[str, ...]]:
+        """Compile the body of a new frame; also return the names that start undefined."""
+        symbols = analyse_frame(statements, self.outer_refs, declared)
+        saved = self.outer_refs
+        self.outer_refs = symbols.refs()
+        try:
+            body = self.body(statements)
+        finally:
+            self.outer_refs = saved
+        return body, tuple(sorted(symbols.starts_undefined() - set(declared)))
+
+    # -- entry points --------------------------------------------------------------------
+    def compile_template(self, template: n.Template) -> Tuple[Stmt, Tuple[str, ...]]:
+        """The root frame's code and the names it starts undefined."""
+        self.outer_refs = frozenset()
+        return self.frame(template.body)
+
+    def expr(self, node: n.Node) -> Expr:
+        return _EXPRESSIONS[type(node)](self, node)
+
+    def stmt(self, node: n.Node) -> Stmt:
+        return _STATEMENTS[type(node)](self, node)
+
+    def body(self, statements: List[n.Node]) -> Stmt:
+        compiled = [self.stmt(s) for s in statements]
+        if not compiled:
+            return lambda scope, out: None
+        if len(compiled) == 1:
+            return compiled[0]
+
+        def run_body(scope: Scope, out: list) -> Any:
+            for statement in compiled:
+                signal = statement(scope, out)
+                if signal is not None:
+                    return signal
+            return None
+
+        return run_body
+
+    # -- statements ----------------------------------------------------------------------
+    def s_output(self, node: n.Node) -> Stmt:
+        if self.autoescape:
+            return self.escaped_output(node)
+        items: List[Tuple[bool, Any]] = []
+        for item in node.nodes:
+            if isinstance(item, n.TemplateData):
+                if items and items[-1][0]:
+                    items[-1] = (True, items[-1][1] + item.data)
+                else:
+                    items.append((True, item.data))
+            elif isinstance(item, n.Const) and isinstance(item.value, str):
+                items.append((True, item.value))
+            else:
+                items.append((False, (self.expr(item), item)))
+
+        if len(items) == 1 and items[0][0]:
+            text = items[0][1]
+            size = len(text)
+
+            def output_text(scope: Scope, out: list) -> None:
+                out.append(text)
+                ctx = scope.ctx
+                ctx.output_size += size
+
+            return output_text
+
+        def output(scope: Scope, out: list) -> None:
+            size = 0
+            for is_text, item in items:
+                if is_text:
+                    out.append(item)
+                    size += len(item)
+                    continue
+                value = item[0](scope)
+                if type(value) is not str:
+                    try:
+                        value = str(value)
+                    except Exception as exc:
+                        raise _locate(exc, item[1]) from exc
+                out.append(value)
+                size += len(value)
+            ctx = scope.ctx
+            ctx.output_size += size
+            if ctx.output_size > ctx.limits.max_output_size:
+                raise ctx.limits.exceeded("max_output_size", "rendered output too large")
+
+        return output
+
+    def escaped_output(self, node: n.Node) -> Stmt:
+        """Output inside ``{% autoescape true %}``: values are HTML-escaped unless Markup."""
+        from .markup import escape
+
+        items = [(True, item.data) if isinstance(item, n.TemplateData)
+                 else (False, (self.expr(item), item)) for item in node.nodes]
+
+        def output(scope: Scope, out: list) -> None:
+            for is_text, item in items:
+                if is_text:
+                    out.append(item)
+                    continue
+                try:
+                    out.append(str(escape(item[0](scope))))
+                except TemplateError:
+                    raise
+                except Exception as exc:
+                    raise _locate(exc, item[1]) from exc
+
+        return output
+
+    def s_autoescape(self, node: n.Node) -> Stmt:
+        enabled = self.truth(node.enabled)
+        saved = self.autoescape
+        try:
+            self.autoescape = True
+            escaped = self.body(node.body)
+            self.autoescape = False
+            plain = self.body(node.body)
+        finally:
+            self.autoescape = saved
+
+        def autoescape(scope: Scope, out: list) -> Any:
+            return (escaped if enabled(scope) else plain)(scope, out)
+
+        return autoescape
+
+    def s_if(self, node: n.Node) -> Stmt:
+        branches = []
+        self.in_if += 1
+        try:
+            for branch in [node] + list(node.elif_):
+                branches.append((self.truth(branch.test), self.body(branch.body)))
+            else_ = self.body(node.else_) if node.else_ else None
+        finally:
+            self.in_if -= 1
+
+        def if_stmt(scope: Scope, out: list) -> Any:
+            for test, body in branches:
+                if test(scope):
+                    return body(scope, out)
+            if else_ is not None:
+                return else_(scope, out)
+            return None
+
+        return if_stmt
+
+    def truth(self, node: n.Node) -> Expr:
+        """``bool(expr)``, located (a StrictUndefined raises when tested)."""
+        value = self.expr(node)
+
+        def test(scope: Scope) -> bool:
+            result = value(scope)
+            if result is True or result is False:
+                return result
+            try:
+                return bool(result)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return test
+
+    def s_for(self, node: n.Node) -> Stmt:
+        iterable = self.expr(node.iter)
+        assign = self.assigner(node.target)
+        targets = tuple(t.name for t in _target_names(node.target))
+        body, fresh = self.frame(node.body, targets + ("loop",))
+        else_, else_fresh = self.frame(node.else_) if node.else_ else (None, ())
+        loop_filter = self.truth(node.test) if node.test is not None else None
+        recursive = node.recursive
+        simple_name = node.target.name if isinstance(node.target, n.NameTarget) else None
+
+        def items_of(scope: Scope, value: Any) -> List[Any]:
+            if isinstance(value, Undefined):
+                iter(value)  # StrictUndefined raises here
+                return []
+            try:
+                items = list(value.keys()) if type(value) is dict else list(value)
+            except TemplateError:
+                raise
+            except Exception as exc:
+                raise _locate(exc, node.iter) from exc
+            if loop_filter is not None:
+                kept = []
+                for item in items:
+                    inner = Scope({}, scope, scope.ctx)
+                    assign(inner, item)
+                    if loop_filter(inner):
+                        kept.append(item)
+                items = kept
+            return items
+
+        def run(scope: Scope, out: list, value: Any, depth0: int) -> Any:
+            ctx = scope.ctx
+            items = items_of(scope, value)
+            if not items:
+                if else_ is not None:
+                    return else_(Scope(_fresh(else_fresh, ctx), scope, ctx), out)
+                return None
+            loop = LoopContext(items, depth0, recurse_in(scope) if recursive else None,
+                               ctx.undefined)
+            completed = False  # Jinja2 runs `else` unless some iteration reached its end
+            for item in items:
+                ctx.steps += 1
+                if ctx.steps > ctx.max_steps:
+                    raise _locate(ctx.limits.exceeded(
+                        "max_steps", "too many loop iterations and calls"), node)
+                loop.index0 += 1
+                if simple_name is not None and not fresh:
+                    inner = Scope({simple_name: item, "loop": loop}, scope, ctx)
+                else:
+                    variables = _fresh(fresh, ctx)
+                    variables["loop"] = loop
+                    inner = Scope(variables, scope, ctx)
+                    assign(inner, item)
+                signal = body(inner, out)
+                if signal is None:
+                    completed = True
+                elif signal is BREAK:
+                    break
+            if not completed and else_ is not None:
+                return else_(Scope(_fresh(else_fresh, ctx), scope, ctx), out)
+            return None
+
+        def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
+            def recurse(value: Any, depth0: int) -> str:
+                ctx = scope.ctx
+                ctx.enter()
+                try:
+                    buffer: list = []
+                    run(scope, buffer, value, depth0)
+                    return "".join(buffer)
+                finally:
+                    ctx.depth -= 1
+            return recurse
+
+        def for_stmt(scope: Scope, out: list) -> Any:
+            return run(scope, out, iterable(scope), 0)
+
+        return for_stmt
+
+    def assigner(self, target: n.Node) -> Callable[[Scope, Any], None]:
+        """A function storing a value into ``target`` within a scope."""
+        if isinstance(target, n.NameTarget):
+            name = target.name
+
+            def assign_name(scope: Scope, value: Any) -> None:
+                scope.vars[name] = value
+
+            return assign_name
+        if isinstance(target, n.NSRef):
+            ns_name, attr = target.name, target.attr
+
+            def assign_nsref(scope: Scope, value: Any) -> None:
+                namespace = scope.lookup(ns_name)
+                if not isinstance(namespace, Namespace):
+                    raise _locate(TemplateRuntimeError(
+                        "cannot assign attribute on non-namespace object"), target)
+                namespace._template_setattr(attr, value)
+
+            return assign_nsref
+        parts = [self.assigner(item) for item in target.items]
+        count = len(parts)
+
+        def assign_tuple(scope: Scope, value: Any) -> None:
+            try:
+                values = list(value)
+            except Exception as exc:
+                raise _locate(exc, target) from exc
+            if len(values) != count:
+                if len(values) > count:
+                    message = f"too many values to unpack (expected {count})"
+                else:
+                    message = f"not enough values to unpack (expected {count}, got {len(values)})"
+                raise _locate(ValueError(message), target)
+            for part, item in zip(parts, values):
+                part(scope, item)
+
+        return assign_tuple
+
+    def s_assign(self, node: n.Node) -> Stmt:
+        value = self.expr(node.node)
+        assign = self.assigner(node.target)
+
+        def assign_stmt(scope: Scope, out: list) -> None:
+            assign(scope, value(scope))
+
+        return assign_stmt
+
+    def s_assign_block(self, node: n.Node) -> Stmt:
+        body, fresh = self.frame(node.body)
+        assign = self.assigner(node.target)
+        apply_filter = self.filter_chain(node.filter) if node.filter is not None else None
+
+        def assign_block(scope: Scope, out: list) -> Any:
+            buffer: list = []
+            signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
+            if signal is not None:
+                return signal
+            value: Any = "".join(buffer)
+            if apply_filter is not None:
+                value = apply_filter(scope, value)
+            assign(scope, value)
+            return None
+
+        return assign_block
+
+    def s_filter_block(self, node: n.Node) -> Stmt:
+        body, fresh = self.frame(node.body)
+        apply_filter = self.filter_chain(node.filter)
+
+        def filter_block(scope: Scope, out: list) -> Any:
+            buffer: list = []
+            signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
+            if signal is not None:
+                return signal
+            value = apply_filter(scope, "".join(buffer))
+            try:
+                out.append(str(value))
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+            return None
+
+        return filter_block
+
+    def filter_chain(self, node: n.Node) -> Callable[[Scope, Any], Any]:
+        """A chain of Filter nodes whose innermost operand is the given value."""
+        chain = []
+        while node is not None:
+            chain.append(node)
+            node = node.node
+        steps = [self.filter_call(f) for f in reversed(chain)]
+
+        def apply(scope: Scope, value: Any) -> Any:
+            for step in steps:
+                value = step(scope, value)
+            return value
+
+        return apply
+
+    def s_macro(self, node: n.Node) -> Stmt:
+        make = self.macro_factory(node.name, node.params, node.body)
+        name = node.name
+
+        def define_macro(scope: Scope, out: list) -> None:
+            scope.vars[name] = make(scope)
+
+        return define_macro
+
+    def macro_factory(self, name: str, params: list, body_nodes: list,
+                      caller_macro: bool = False) -> Callable[[Scope], Macro]:
+        arg_names = tuple(p for p, _ in params)
+        defaults = [(p, self.expr(d) if d is not None else None) for p, d in params]
+        used = _referenced_names(body_nodes)
+        catch_kwargs = "kwargs" in used
+        catch_varargs = "varargs" in used
+        wants_caller = "caller" in used
+        explicit_caller = "caller" in arg_names
+        count = len(arg_names)
+        specials = tuple(name for name, used_ in (("caller", wants_caller),
+                                                  ("kwargs", catch_kwargs),
+                                                  ("varargs", catch_varargs)) if used_)
+        body, fresh = self.frame(body_nodes, arg_names + specials)
+
+        def make(defining_scope: Scope) -> Macro:
+            ctx = defining_scope.ctx
+
+            def invoke(args: tuple, kwargs: dict) -> str:
+                kwargs = dict(kwargs)
+                local: Dict[str, Any] = _fresh(fresh, ctx)
+                scope = Scope(local, defining_scope, ctx)
+                found_caller = explicit_caller
+                for index, (param, default) in enumerate(defaults):
+                    if index < len(args):
+                        local[param] = args[index]
+                        continue
+                    value = kwargs.pop(param, MISSING)
+                    if value is MISSING:
+                        if default is not None:
+                            value = default(scope)
+                        else:
+                            value = ctx.undefined(f"parameter {param!r} was not provided",
+                                                  name=param)
+                    local[param] = value
+                if wants_caller and not found_caller:
+                    caller = kwargs.pop("caller", None)
+                    if caller is None:
+                        caller = ctx.undefined("No caller defined", name="caller")
+                    local["caller"] = caller
+                if catch_kwargs:
+                    local["kwargs"] = kwargs
+                elif kwargs:
+                    if "caller" in kwargs:
+                        raise TypeError(
+                            f"macro {name!r} was invoked with two values for the special caller"
+                            " argument. This is most likely a bug.")
+                    raise TypeError(
+                        f"macro {name!r} takes no keyword argument {next(iter(kwargs))!r}")
+                if catch_varargs:
+                    local["varargs"] = tuple(args[count:])
+                elif len(args) > count:
+                    raise TypeError(
+                        f"macro {name!r} takes not more than {count} argument(s)")
+                ctx.step()
+                ctx.enter()
+                try:
+                    buffer: list = []
+                    body(scope, buffer)
+                    return "".join(buffer)
+                finally:
+                    ctx.depth -= 1
+
+            return Macro(name, arg_names, catch_kwargs, catch_varargs, wants_caller, invoke)
+
+        return make
+
+    def s_call_block(self, node: n.Node) -> Stmt:
+        make_caller = self.macro_factory("caller", node.params, node.body, caller_macro=True)
+        call = node.call
+        callee = self.expr(call.node)
+        args, star_args = self.arguments(call)
+
+        def call_block(scope: Scope, out: list) -> None:
+            function = callee(scope)
+            positional, keywords = args(scope)
+            keywords["caller"] = make_caller(scope)
+            try:
+                result = scope.ctx.sandbox.call(function, positional, keywords)
+                out.append(str(result))
+            except Exception as exc:
+                raise _locate(exc, call) from exc
+
+        del star_args
+        return call_block
+
+    def s_with(self, node: n.Node) -> Stmt:
+        values = [self.expr(v) for v in node.values]
+        assigns = [self.assigner(t) for t in node.targets]
+        declared = tuple(t.name for target in node.targets for t in _target_names(target))
+        body, fresh = self.frame(node.body, declared)
+
+        def with_stmt(scope: Scope, out: list) -> Any:
+            inner = Scope(_fresh(fresh, scope.ctx), scope, scope.ctx)
+            for assign, value in zip(assigns, values):
+                assign(inner, value(scope))
+            return body(inner, out)
+
+        return with_stmt
+
+    def s_scope(self, node: n.Node) -> Stmt:
+        saved = self.outer_refs
+        self.outer_refs = frozenset()  # a block is its own frame, outside any other
+        try:
+            body, fresh = self.frame(node.body)
+        finally:
+            self.outer_refs = saved
+
+        def scoped(scope: Scope, out: list) -> Any:
+            # A block sees the template's variables, not the loop or macro around it.
+            root = scope
+            while root.parent is not None and root.parent.parent is not None:
+                root = root.parent
+            return body(Scope(_fresh(fresh, scope.ctx), root, scope.ctx), out)
+
+        return scoped
+
+    def s_break(self, node: n.Node) -> Stmt:
+        return lambda scope, out: BREAK
+
+    def s_continue(self, node: n.Node) -> Stmt:
+        return lambda scope, out: CONTINUE
+
+    def s_generation(self, node: n.Node) -> Stmt:
+        # transformers implements the tag as a call block: its body is a frame of its own.
+        body, fresh = self.frame(node.body)
+
+        def generation(scope: Scope, out: list) -> Any:
+            buffer: list = []
+            signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
+            if signal is not None:
+                return signal
+            text = "".join(buffer)
+            ctx = scope.ctx
+            if ctx.spans is not None:
+                # transformers measures everything the top-level render has produced so far,
+                # even when this block sits inside a macro whose output is not yet emitted.
+                start = sum(map(len, ctx.root_out))
+                ctx.spans.append((start, start + len(text)))
+            out.append(text)
+            return None
+
+        return generation
+
+    def s_no_loader(self, node: n.Node) -> Stmt:
+        def no_loader(scope: Scope, out: list) -> None:
+            raise _locate(TemplateTypeError(
+                f"no loader for this environment specified ('{node.kind}' needs one)"), node)
+
+        return no_loader
+
+    # -- expressions ---------------------------------------------------------------------
+    def e_const(self, node: n.Node) -> Expr:
+        value = node.value
+        return lambda scope: value
+
+    def e_name(self, node: n.Node) -> Expr:
+        name = node.name
+
+        def load(scope: Scope) -> Any:
+            current: Optional[Scope] = scope
+            while current is not None:
+                value = current.vars.get(name, MISSING)
+                if value is not MISSING:
+                    return value
+                current = current.parent
+            return scope.ctx.undefined(name=name)
+
+        return load
+
+    def e_tuple(self, node: n.Node) -> Expr:
+        items = [self.expr(item) for item in node.items]
+        return lambda scope: tuple([item(scope) for item in items])
+
+    def e_list(self, node: n.Node) -> Expr:
+        items = [self.expr(item) for item in node.items]
+        return lambda scope: [item(scope) for item in items]
+
+    def e_dict(self, node: n.Node) -> Expr:
+        pairs = [(self.expr(k), self.expr(v), k) for k, v in node.pairs]
+
+        def build_dict(scope: Scope) -> dict:
+            result = {}
+            for key, value, key_node in pairs:
+                k = key(scope)
+                try:
+                    result[k] = value(scope)
+                except TypeError as exc:  # unhashable key
+                    raise _locate(exc, key_node) from exc
+            return result
+
+        return build_dict
+
+    def e_getattr(self, node: n.Node) -> Expr:
+        obj_of = self.expr(node.node)
+        name = node.attr
+        is_dict_method = name in METHODS[dict]
+        sandbox = self.sandbox
+
+        def get_attribute(scope: Scope) -> Any:
+            obj = obj_of(scope)
+            if type(obj) is dict and not is_dict_method:
+                value = obj.get(name, MISSING)
+                if value is not MISSING:
+                    return value
+            try:
+                return sandbox.getattr(obj, name)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return get_attribute
+
+    def e_getitem(self, node: n.Node) -> Expr:
+        obj_of = self.expr(node.node)
+        sandbox = self.sandbox
+        if isinstance(node.arg, n.Slice):
+            parts = [self.expr(p) if p is not None else None
+                     for p in (node.arg.start, node.arg.stop, node.arg.step)]
+
+            def get_slice(scope: Scope) -> Any:
+                # Jinja2 slices with a plain subscript: no fallback to undefined.
+                obj = obj_of(scope)
+                key = slice(*[p(scope) if p is not None else None for p in parts])
+                try:
+                    return obj[key]
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            return get_slice
+        key_of = self.expr(node.arg)
+
+        def get_item(scope: Scope) -> Any:
+            obj = obj_of(scope)
+            key = key_of(scope)
+            if type(obj) is dict:
+                try:
+                    return obj[key]
+                except (KeyError, TypeError):
+                    pass
+            elif type(obj) is list and type(key) is int:
+                try:
+                    return obj[key]
+                except IndexError:
+                    pass
+            try:
+                return sandbox.getitem(obj, key)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return get_item
+
+    def arguments(self, node: n.Node) -> Tuple[Callable[[Scope], Tuple[list, dict]], bool]:
+        """Compile the arguments of a Call/Filter/Test into ``f(scope) -> (args, kwargs)``."""
+        args = [self.expr(a) for a in node.args]
+        kwargs = [(k, self.expr(v)) for k, v in node.kwargs]
+        dyn_args = self.expr(node.dyn_args) if node.dyn_args is not None else None
+        dyn_kwargs = self.expr(node.dyn_kwargs) if node.dyn_kwargs is not None else None
+        dynamic = dyn_args is not None or dyn_kwargs is not None
+
+        def evaluate(scope: Scope) -> Tuple[list, dict]:
+            positional = [a(scope) for a in args]
+            keywords = {k: v(scope) for k, v in kwargs}
+            if dyn_args is not None:
+                extra = dyn_args(scope)
+                try:
+                    positional.extend(extra)
+                except Exception as exc:
+                    raise _locate(exc, node.dyn_args) from exc
+            if dyn_kwargs is not None:
+                extra = dyn_kwargs(scope)
+                try:
+                    keywords.update(extra)
+                except Exception as exc:
+                    raise _locate(exc, node.dyn_kwargs) from exc
+            return positional, keywords
+
+        return evaluate, dynamic
+
+    def e_call(self, node: n.Node) -> Expr:
+        args, _ = self.arguments(node)
+        sandbox = self.sandbox
+        if isinstance(node.node, n.Getattr):
+            return self.method_call(node, args)
+        callee = self.expr(node.node)
+
+        def call(scope: Scope) -> Any:
+            function = callee(scope)
+            positional, keywords = args(scope)
+            try:
+                return sandbox.call(function, positional, keywords)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return call
+
+    def method_call(self, node: n.Node, args: Callable[[Scope], Tuple[list, dict]]) -> Expr:
+        """``obj.name(...)``: call plain-type methods straight from the table."""
+        owner_of = self.expr(node.node.node)
+        name = node.node.attr
+        sandbox = self.sandbox
+        immutable = sandbox.immutable
+        direct: Dict[type, Callable[..., Any]] = {}
+        for cls in (str, dict, list):
+            function = METHODS[cls].get(name)
+            if function is not None and not (immutable and name in MUTATORS.get(cls, ())):
+                direct[cls] = function
+        attribute_node = node.node
+
+        def method_call(scope: Scope) -> Any:
+            owner = owner_of(scope)
+            function = direct.get(type(owner))
+            positional, keywords = args(scope)
+            try:
+                if function is not None:
+                    return function(owner, *positional, **keywords)
+                try:
+                    bound = sandbox.getattr(owner, name)
+                except Exception as exc:
+                    raise _locate(exc, attribute_node) from exc
+                return sandbox.call(bound, positional, keywords)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return method_call
+
+    def resolve(self, kind: str, name: str, node: n.Node) -> Optional[Callable[..., Any]]:
+        """The filter or test function, or None when it must fail at render time."""
+        table = self.env.filters if kind == "filter" else self.env.tests
+        function = table.get(name)
+        if function is None and not self.in_if:
+            raise TemplateSyntaxError(f"No {kind} named {name!r}.", node.lineno, node.column)
+        return function
+
+    def filter_call(self, node: n.Node) -> Callable[[Scope, Any], Any]:
+        """``f(scope, value)`` applying the filter of a Filter node to ``value``."""
+        function = self.resolve("filter", node.name, node)
+        args, _ = self.arguments(node)
+        env = self.env
+        name = node.name
+        pass_env = function is not None and wants_environment(function)
+
+        def apply(scope: Scope, value: Any) -> Any:
+            positional, keywords = args(scope)
+            if function is None:
+                raise _locate(TemplateRuntimeError(f"No filter named {name!r} found."), node)
+            try:
+                if pass_env:
+                    return function(env, value, *positional, **keywords)
+                return function(value, *positional, **keywords)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return apply
+
+    def e_filter(self, node: n.Node) -> Expr:
+        operand = self.expr(node.node)
+        apply = self.filter_call(node)
+        return lambda scope: apply(scope, operand(scope))
+
+    def e_test(self, node: n.Node) -> Expr:
+        operand = self.expr(node.node)
+        function = self.resolve("test", node.name, node)
+        args, _ = self.arguments(node)
+        env = self.env
+        negated = node.negated
+        name = node.name
+        pass_env = function is not None and wants_environment(function)
+
+        def test(scope: Scope) -> bool:
+            value = operand(scope)
+            positional, keywords = args(scope)
+            if function is None:
+                raise _locate(TemplateRuntimeError(f"No test named {name!r} found."), node)
+            try:
+                if pass_env:
+                    result = function(env, value, *positional, **keywords)
+                else:
+                    result = function(value, *positional, **keywords)
+                return (not result) if negated else bool(result)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return test
+
+    def e_condexpr(self, node: n.Node) -> Expr:
+        self.in_if += 1  # Jinja2 defers unknown filters/tests in here, as in `if`
+        try:
+            test = self.truth(node.test)
+            expr1 = self.expr(node.expr1)
+            expr2 = self.expr(node.expr2) if node.expr2 is not None else None
+        finally:
+            self.in_if -= 1
+        if expr2 is not None:
+            return lambda scope: expr1(scope) if test(scope) else expr2(scope)
+        hint = (f"the inline if-expression on line {node.lineno} evaluated to false and no else"
+                " section was defined.")
+        return lambda scope: expr1(scope) if test(scope) else scope.ctx.undefined(hint)
+
+    def e_binop(self, node: n.Node) -> Expr:
+        if node.op == "+":
+            return self.add_chain(node)
+        op = node.op
+        function = _BINOPS[op]
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        guarded = op in _GUARDED_BINOPS
+
+        def binop(scope: Scope) -> Any:
+            a = left(scope)
+            b = right(scope)
+            try:
+                if guarded:
+                    _check_binop(op, a, b)
+                return function(a, b)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return binop
+
+    def add_chain(self, node: n.Node) -> Expr:
+        """``a + b + c + ...``: one closure for the whole left-deep chain.
+
+        Chat templates build prompts with long `+` chains of strings; evaluating them in one
+        loop (still strictly left to right, one `+` at a time) avoids a closure call per `+`.
+        """
+        chain: List[n.Node] = []
+        current = node
+        while isinstance(current, n.BinOp) and current.op == "+":
+            chain.append(current)
+            current = current.left
+        chain.reverse()
+        first = self.expr(current)
+        steps = [(self.expr(link.right), link) for link in chain]
+        max_fast = 1_000_000
+
+        def add(scope: Scope) -> Any:
+            value = first(scope)
+            for operand, link in steps:
+                other = operand(scope)
+                if type(value) is str and type(other) is str and \
+                        len(value) + len(other) < max_fast:
+                    value = value + other
+                    continue
+                try:
+                    _check_binop("+", value, other)
+                    value = value + other
+                except Exception as exc:
+                    raise _locate(exc, link) from exc
+            return value
+
+        return add
+
+    def e_concat(self, node: n.Node) -> Expr:
+        parts = [self.expr(p) for p in node.nodes]
+
+        def concat(scope: Scope) -> str:
+            try:
+                return "".join([str(p(scope)) for p in parts])
+            except TemplateError as exc:
+                exc._locate(node.lineno, node.column)
+                raise
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return concat
+
+    def e_compare(self, node: n.Node) -> Expr:
+        first = self.expr(node.expr)
+        ops = [(_COMPARE[op], self.expr(operand)) for op, operand, _ in node.ops]
+
+        def compare(scope: Scope) -> Any:
+            left = first(scope)
+            try:
+                for function, operand in ops:
+                    right = operand(scope)
+                    if not function(left, right):
+                        return False
+                    left = right
+                return True
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return compare
+
+    def e_and(self, node: n.Node) -> Expr:
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+
+        def and_(scope: Scope) -> Any:
+            value = left(scope)
+            try:
+                truth = bool(value)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+            return right(scope) if truth else value
+
+        return and_
+
+    def e_or(self, node: n.Node) -> Expr:
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+
+        def or_(scope: Scope) -> Any:
+            value = left(scope)
+            try:
+                truth = bool(value)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+            return value if truth else right(scope)
+
+        return or_
+
+    def e_not(self, node: n.Node) -> Expr:
+        value = self.truth(node.node)
+        return lambda scope: not value(scope)
+
+    def _unary(self, node: n.Node, function: Callable[[Any], Any]) -> Expr:
+        operand = self.expr(node.node)
+
+        def unary(scope: Scope) -> Any:
+            value = operand(scope)
+            try:
+                return function(value)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return unary
+
+    def e_neg(self, node: n.Node) -> Expr:
+        return self._unary(node, operator.neg)
+
+    def e_pos(self, node: n.Node) -> Expr:
+        return self._unary(node, operator.pos)
+
+    def e_slice(self, node: n.Node) -> Expr:
+        raise TemplateSyntaxError("a slice is only allowed inside []", node.lineno, node.column)
+
+
+def _fresh(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any]:
+    """A frame's starting variables: its store-first names are undefined (see symbols.py)."""
+    if not names:
+        return {}
+    undefined = ctx.undefined
+    return {name: undefined(name=name) for name in names}
+
+
+def _target_names(target: n.Node) -> List[n.Node]:
+    if isinstance(target, n.TupleTarget):
+        result: List[n.Node] = []
+        for item in target.items:
+            result.extend(_target_names(item))
+        return result
+    return [target] if isinstance(target, n.NameTarget) else []
+
+
+def _referenced_names(body: List[n.Node]) -> set:
+    """Names a macro body reads, not counting nested macro definitions."""
+    names = set()
+    stack: List[Any] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, n.Macro):
+            continue
+        if isinstance(node, n.Name):
+            names.add(node.name)
+        stack.extend(node.iter_child_nodes())
+    return names
+
+
+_EXPRESSIONS: Dict[type, Callable[[Compiler, Any], Expr]] = {
+    n.Const: Compiler.e_const,
+    n.Name: Compiler.e_name,
+    n.TupleLit: Compiler.e_tuple,
+    n.ListLit: Compiler.e_list,
+    n.DictLit: Compiler.e_dict,
+    n.Getattr: Compiler.e_getattr,
+    n.Getitem: Compiler.e_getitem,
+    n.Call: Compiler.e_call,
+    n.Filter: Compiler.e_filter,
+    n.Test: Compiler.e_test,
+    n.CondExpr: Compiler.e_condexpr,
+    n.BinOp: Compiler.e_binop,
+    n.Concat: Compiler.e_concat,
+    n.Compare: Compiler.e_compare,
+    n.And: Compiler.e_and,
+    n.Or: Compiler.e_or,
+    n.Not: Compiler.e_not,
+    n.Neg: Compiler.e_neg,
+    n.Pos: Compiler.e_pos,
+    n.Slice: Compiler.e_slice,
+}
+
+_STATEMENTS: Dict[type, Callable[[Compiler, Any], Stmt]] = {
+    n.Output: Compiler.s_output,
+    n.If: Compiler.s_if,
+    n.For: Compiler.s_for,
+    n.Assign: Compiler.s_assign,
+    n.AssignBlock: Compiler.s_assign_block,
+    n.FilterBlock: Compiler.s_filter_block,
+    n.Macro: Compiler.s_macro,
+    n.CallBlock: Compiler.s_call_block,
+    n.With: Compiler.s_with,
+    n.Scope: Compiler.s_scope,
+    n.AutoEscape: Compiler.s_autoescape,
+    n.Break: Compiler.s_break,
+    n.Continue: Compiler.s_continue,
+    n.Generation: Compiler.s_generation,
+    n.NoLoader: Compiler.s_no_loader,
+}
+
+__all__ = ["Compiler", "Scope", "RenderContext", "BREAK", "CONTINUE", "to_output",
+           "LimitExceededError", "BoundMethod", "unsafe_undefined"]

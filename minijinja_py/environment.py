@@ -1,0 +1,269 @@
+"""Environment and Template: configuration, the parse cache, and rendering.
+
+Last step of the flow: ``Environment.from_string`` parses (once per source, cached) and compiles
+a template; ``Template.render`` runs the compiled closures and joins the output pieces once.
+:func:`chat_environment` builds the Environment exactly as Hugging Face transformers
+configures Jinja2 for chat templates.
+"""
+
+from __future__ import annotations
+
+import datetime as _datetime
+import json
+import random
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from . import limits as _limits
+from . import sandbox as _sandbox
+from .compiler import Compiler, RenderContext, Scope
+from .exceptions import TemplateError, wrap_python_error
+from .limits import Limits
+from .parser import parse
+from .runtime import Cycler, Joiner, Namespace, Undefined, raise_template_error
+from .sandbox import Sandbox
+
+_CACHE_SIZE = 400
+
+
+def _load_filters() -> Dict[str, Callable[..., Any]]:
+    from .filters import FILTERS
+
+    return dict(FILTERS)
+
+
+def _load_tests() -> Dict[str, Callable[..., Any]]:
+    from .tests import TESTS
+
+    return dict(TESTS)
+
+
+class Environment:
+    """Settings shared by the templates made from it, plus the filter/test/global tables.
+
+    ``filters``, ``tests`` and ``globals`` are plain dicts: add to them before calling
+    :meth:`from_string`. ``immutable=True`` refuses list/dict mutators (``append``, ``update``,
+    ...) with SecurityError, as transformers' ImmutableSandboxedEnvironment does.
+    """
+
+    def __init__(self, trim_blocks: bool = False, lstrip_blocks: bool = False,
+                 keep_trailing_newline: bool = False, undefined: type = Undefined,
+                 immutable: bool = False, limits: Optional[Limits] = None) -> None:
+        self.trim_blocks = trim_blocks
+        self.lstrip_blocks = lstrip_blocks
+        self.keep_trailing_newline = keep_trailing_newline
+        self.undefined = undefined
+        self.immutable = immutable
+        self.limits = limits if limits is not None else Limits()
+        self.sandbox = Sandbox(immutable, undefined)
+        self.filters: Dict[str, Callable[..., Any]] = _load_filters()
+        self.tests: Dict[str, Callable[..., Any]] = _load_tests()
+        self.globals: Dict[str, Any] = default_globals(self)
+        self._cache: "OrderedDict[Tuple[Any, ...], Any]" = OrderedDict()
+
+    # -- templates -----------------------------------------------------------------------
+    def from_string(self, source: str, name: Optional[str] = None) -> "Template":
+        """Parse and compile ``source``; raises :class:`TemplateSyntaxError` when malformed."""
+        return Template(source, environment=self, name=name)
+
+    def _compile(self, source: str, name: Optional[str]) -> Callable[..., Any]:
+        if not isinstance(source, str):
+            raise TypeError(f"template source must be str, not {type(source).__name__}")
+        key = (source, name, self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        try:
+            ast = parse(source, name=name, trim_blocks=self.trim_blocks,
+                        lstrip_blocks=self.lstrip_blocks,
+                        keep_trailing_newline=self.keep_trailing_newline,
+                        max_nesting=self.limits.max_nesting)
+            compiled = Compiler(self).compile_template(ast)  # (root code, fresh names)
+        except TemplateError as exc:
+            exc._attach_source(name, source)
+            raise
+        except RecursionError:
+            raise self.limits.exceeded("max_nesting", "template nested too deeply") from None
+        self._cache[key] = (ast, compiled)
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return self._cache[key]
+
+    # -- helpers for filters and tests --------------------------------------------------
+    def call_filter(self, name: str, value: Any, args: tuple = (),
+                    kwargs: Optional[Mapping[str, Any]] = None) -> Any:
+        """Apply the filter called ``name`` (as ``value|name(*args, **kwargs)``)."""
+        return self._call_table("filter", self.filters, name, value, args, kwargs)
+
+    def call_test(self, name: str, value: Any, args: tuple = (),
+                  kwargs: Optional[Mapping[str, Any]] = None) -> Any:
+        """Apply the test called ``name`` (as ``value is name(*args, **kwargs)``)."""
+        return self._call_table("test", self.tests, name, value, args, kwargs)
+
+    def _call_table(self, kind: str, table: Dict[str, Any], name: str, value: Any,
+                    args: tuple, kwargs: Optional[Mapping[str, Any]]) -> Any:
+        from .exceptions import TemplateRuntimeError
+        from .runtime import wants_environment
+
+        function = table.get(name)
+        if function is None:
+            raise TemplateRuntimeError(f"No {kind} named {name!r}.")
+        if wants_environment(function):
+            return function(self, value, *args, **(kwargs or {}))
+        return function(value, *args, **(kwargs or {}))
+
+    def getattr(self, obj: Any, name: str) -> Any:
+        """``obj.name`` with the sandbox's rules."""
+        return self.sandbox.getattr(obj, name)
+
+    def getitem(self, obj: Any, key: Any) -> Any:
+        """``obj[key]`` with the sandbox's rules."""
+        return self.sandbox.getitem(obj, key)
+
+
+class Template:
+    """A compiled template. ``Template(source, **env_options)`` is a shortcut that makes its
+    own :class:`Environment`; normally use ``env.from_string(source)``."""
+
+    def __init__(self, source: str, environment: Optional[Environment] = None,
+                 name: Optional[str] = None, **env_options: Any) -> None:
+        if environment is None:
+            environment = Environment(**env_options)
+        elif env_options:
+            raise TypeError("pass either an environment or environment options, not both")
+        self.environment = environment
+        self.source = source
+        self.name = name
+        self.ast, (self._root, self._fresh) = environment._compile(source, name)
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        """Render with variables given as a dict and/or keyword arguments."""
+        return self._render(dict(*args, **kwargs), False)[0]
+
+    def render_with_spans(self, *args: Any, **kwargs: Any) -> Tuple[str, List[Tuple[int, int]]]:
+        """Render and return ``(text, spans)``: the ``(start, end)`` character offsets of the
+        output of each ``{% generation %}`` block, as transformers records them."""
+        return self._render(dict(*args, **kwargs), True)
+
+    def _render(self, variables: Dict[str, Any], track_spans: bool
+                ) -> Tuple[str, List[Tuple[int, int]]]:
+        env = self.environment
+        out: List[str] = []
+        ctx = RenderContext(env, out, track_spans)
+        for fresh_name in self._fresh:
+            variables[fresh_name] = env.undefined(name=fresh_name)
+        root = Scope(variables, Scope(env.globals, None, ctx), ctx)
+        limits_token = _limits.activate(env.limits)
+        sandbox_token = _sandbox.activate(env.sandbox)
+        try:
+            self._root(root, out)
+            text = "".join(out)
+        except TemplateError as exc:
+            exc._attach_source(self.name, self.source)
+            raise
+        except Exception as exc:  # a last net: nothing but TemplateError leaves render()
+            err = wrap_python_error(exc)
+            err._attach_source(self.name, self.source)
+            raise err from exc
+        finally:
+            _sandbox.deactivate(sandbox_token)
+            _limits.deactivate(limits_token)
+        return text, (ctx.spans or [])
+
+    def __repr__(self) -> str:
+        return f"<Template {self.name or 'memory'!r}>"
+
+
+# ---- globals ---------------------------------------------------------------------------------
+def default_globals(env: Environment) -> Dict[str, Any]:
+    """Jinja2's default globals: range, dict, lipsum, cycler, joiner, namespace."""
+
+    def safe_range(*args: Any) -> range:
+        result = range(*args)
+        if len(result) > env.limits.max_range:
+            raise env.limits.exceeded(
+                "max_range", f"range of {len(result):,} items refused (the sandbox blocks ranges"
+                f" larger than {env.limits.max_range:,})")
+        return result
+
+    return {
+        "range": safe_range,
+        "dict": dict,  # the type itself, as in Jinja2 (`dict.fromkeys` works; `_` names don't)
+        "lipsum": generate_lorem_ipsum,
+        "cycler": Cycler,
+        "joiner": Joiner,
+        "namespace": Namespace,
+    }
+
+
+_LOREM_WORDS = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+                "incididunt ut labore et dolore magna aliqua enim ad minim veniam quis nostrud "
+                "exercitation ullamco laboris nisi aliquip ex ea commodo consequat duis aute "
+                "irure in reprehenderit voluptate velit esse cillum fugiat nulla pariatur "
+                "excepteur sint occaecat cupidatat non proident sunt culpa qui officia deserunt "
+                "mollit anim id est laborum").split()
+
+
+def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    """Random lorem-ipsum paragraphs (Jinja2's ``lipsum``)."""
+    from .limits import check_string_size
+    from .markup import Markup
+
+    check_string_size(int(n) * int(max) * 12)
+    paragraphs = []
+    for _ in range(int(n)):
+        words = [random.choice(_LOREM_WORDS) for _ in range(random.randint(min, max))]
+        text = " ".join(words).capitalize()
+        if not text.endswith("."):
+            text += "."
+        paragraphs.append(text)
+    if not html:
+        return "\n\n".join(paragraphs)
+    return Markup("\n".join(f"<p>{p}</p>" for p in paragraphs))
+
+
+# ---- transformers' configuration -------------------------------------------------------------
+def transformers_tojson(x: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
+                        separators: Any = None, sort_keys: bool = False) -> str:
+    """transformers' ``tojson``: ``json.dumps`` with these defaults, no HTML escaping."""
+    from .limits import check_string_size, current_limits
+
+    if isinstance(indent, int) and indent > 64:
+        check_string_size(indent * 1_000)
+    try:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+    except RecursionError:
+        raise current_limits().exceeded("max_recursion", "data nested too deeply for tojson"
+                                        ) from None
+
+
+def make_strftime_now(now: Union[None, _datetime.datetime, Callable[[], Any]]
+                      ) -> Callable[[str], str]:
+    """``strftime_now(format)``: formats ``now`` (a datetime, a callable, or the local clock)."""
+
+    def strftime_now(format: str) -> str:
+        moment = now() if callable(now) else now
+        if moment is None:
+            moment = _datetime.datetime.now()
+        return moment.strftime(format)
+
+    return strftime_now
+
+
+def chat_environment(now: Union[None, _datetime.datetime, Callable[[], Any]] = None,
+                     **env_options: Any) -> Environment:
+    """An Environment configured exactly like transformers' chat-template environment.
+
+    Immutable sandbox, ``trim_blocks`` and ``lstrip_blocks`` on, ``break``/``continue``,
+    ``{% generation %}``, transformers' ``tojson``, and the globals ``raise_exception`` and
+    ``strftime_now`` (formatting ``now``). ``env_options`` override the Environment settings.
+    """
+    options: Dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True, "immutable": True}
+    options.update(env_options)
+    env = Environment(**options)
+    env.filters["tojson"] = transformers_tojson
+    env.globals["raise_exception"] = raise_template_error
+    env.globals["strftime_now"] = make_strftime_now(now)
+    return env

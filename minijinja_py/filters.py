@@ -1,0 +1,1299 @@
+"""The builtin filters (``{{ value|name(args) }}``), matching Jinja2 3.1.6 as transformers runs it.
+
+Every filter is a plain function ``do_<name>(value, *args, **kwargs)``; the ones marked with
+:func:`~minijinja_py.runtime.pass_environment` get the Environment first and use it for
+attribute/item lookups (always through ``env.sandbox``), for undefined values
+(``env.undefined``) and for calling other filters and tests by name (``map``, ``select``...).
+
+Semantics follow Jinja2 with autoescaping off (the transformers setup): ``join`` and
+``replace`` return plain strings, ``safe``/``escape`` still produce :class:`Markup`. Where
+Jinja2 hands back a one-shot generator (``map``, ``select``, ``reject``, ``selectattr``,
+``rejectattr``, ``unique``, ``items``, ``batch``, ``slice``) or a reverse iterator
+(``reverse`` of a list, tuple or dict) the filter returns a
+:class:`~minijinja_py.runtime.LazySequence`, so the value is lazy, iterable once, has no length
+and is not JSON, exactly as in Jinja2.
+
+Filters that can build a large string or list check the size against the render's limits
+before building it (see :mod:`minijinja_py.limits`). The public table is :data:`FILTERS`.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+import pprint as _pprint
+import random as _random
+import re
+import textwrap
+from collections import abc
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from urllib.parse import quote_from_bytes
+
+from .exceptions import FilterArgumentError
+from .limits import check_collection_size, check_string_size, current_limits
+from .markup import Markup, escape
+from .runtime import (MISSING, BoundMethod, ChainableUndefined, LazySequence, Undefined,
+                      pass_environment)
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+#: Labels of the LazySequences this module creates from generator functions; Jinja2's
+#: equivalents are generators, so error messages name the type "generator".
+_GENERATOR_LABELS = frozenset({"sync_do_map", "select_or_reject", "sync_do_unique", "do_items",
+                               "sync_do_slice", "do_batch", "do_map"})
+
+
+def _python_type_name(value: Any) -> str:
+    """The type name Jinja2's error messages would show for ``value``."""
+    if isinstance(value, LazySequence):
+        label = getattr(value, "_label", "")
+        if label == "reversed" or label.endswith("iterator"):
+            return label
+        return "generator"
+    if isinstance(value, BoundMethod):
+        return "builtin_function_or_method"
+    return type(value).__name__
+
+
+def _autoescape(env: Any) -> bool:
+    """Whether the environment escapes output (off in transformers; attribute optional)."""
+    setting = getattr(env, "autoescape", False)
+    if callable(setting):
+        setting = setting(None)
+    return bool(setting)
+
+
+def _has_html(value: Any) -> bool:
+    """``hasattr(value, '__html__')`` as Jinja2 sees it.
+
+    The runtime's plain and strict undefined define ``__html__`` for convenience; Jinja2's do
+    not (only ChainableUndefined does), so they are not counted as markup here.
+    """
+    if isinstance(value, Undefined) and not isinstance(value, ChainableUndefined):
+        return False
+    return hasattr(value, "__html__")
+
+
+def _lower_if_str(value: Any) -> Any:
+    """Key post-processor for the case-insensitive filters: lowercase strings only."""
+    return value.lower() if isinstance(value, str) else value
+
+
+def _path_parts(attribute: Any) -> List[Any]:
+    """Split ``"a.b.0"`` into lookup steps; all-digit parts become integers."""
+    if attribute is None:
+        return []
+    if isinstance(attribute, str):
+        return [int(part) if part.isdigit() else part for part in attribute.split(".")]
+    return [attribute]
+
+
+def _getter(env: Any, attribute: Any, postprocess: Optional[Callable[[Any], Any]] = None,
+            default: Any = None) -> Callable[[Any], Any]:
+    """A function reading ``attribute`` (a dotted path) from an item through the sandbox.
+
+    With a ``default`` (other than None), every step that comes out undefined is replaced by
+    the default before the next step, like Jinja2.
+    """
+    parts = _path_parts(attribute)
+    sandbox = env.sandbox
+
+    def read(item: Any) -> Any:
+        for part in parts:
+            item = sandbox.getitem(item, part)
+            if default is not None and isinstance(item, Undefined):
+                item = default
+        return postprocess(item) if postprocess is not None else item
+
+    return read
+
+
+def _multi_getter(env: Any, attribute: Any,
+                  postprocess: Optional[Callable[[Any], Any]] = None
+                  ) -> Callable[[Any], List[Any]]:
+    """Like :func:`_getter` for ``"age,name"``: returns the list of the values read."""
+    paths = attribute.split(",") if isinstance(attribute, str) else [attribute]
+    steps = [_path_parts(path) for path in paths]
+    sandbox = env.sandbox
+
+    def read(item: Any) -> List[Any]:
+        values = []
+        for parts in steps:
+            current = item
+            for part in parts:
+                current = sandbox.getitem(current, part)
+            if postprocess is not None:
+                current = postprocess(current)
+            values.append(current)
+        return values
+
+    return read
+
+
+def _mapping_items(value: Any) -> Any:
+    """``value.items()`` for a mapping; the error Jinja2 gets for anything else."""
+    if isinstance(value, abc.Mapping):
+        return value.items()
+    if isinstance(value, Undefined):
+        return value._fail_with_undefined_error()
+    raise AttributeError(f"'{_python_type_name(value)}' object has no attribute 'items'")
+
+
+# -- size estimation ---------------------------------------------------------------------------
+
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _int_width(value: int) -> int:
+    return value.bit_length() * 30103 // 100000 + 2
+
+
+def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int = 2,
+                        indent: Optional[int] = None, quoted_extra: int = 2) -> int:
+    """A cheap estimate of the text that serialising ``value`` produces, checked as it grows.
+
+    Walks lists, tuples, dicts and sets once per distinct object (shared references are
+    counted every time they are printed but measured once), refuses nesting deeper than
+    ``Limits.max_recursion`` and totals above ``Limits.max_string_size``.
+    """
+    limits = current_limits()
+    max_depth = limits.max_recursion
+    max_size = limits.max_string_size
+    memo: Dict[Tuple[int, int], int] = {}
+    active: set = set()
+
+    def leaf(obj: Any) -> int:
+        if isinstance(obj, str):
+            return len(obj) + quoted_extra + (8 if isinstance(obj, Markup) else 0)
+        if obj is None or isinstance(obj, bool):
+            return 5
+        if isinstance(obj, int):
+            return _int_width(obj)
+        if isinstance(obj, float):
+            return 24
+        return 32
+
+    def measure(obj: Any, depth: int) -> int:
+        if not isinstance(obj, _CONTAINERS):
+            return leaf(obj)
+        if depth > max_depth:
+            raise limits.exceeded("max_recursion", f"data nested too deeply for {what}")
+        key = (id(obj), depth if indent is not None else 0)
+        known = memo.get(key)
+        if known is not None:
+            return known
+        if id(obj) in active:  # a cycle: the serialiser reports it itself
+            return 32
+        active.add(id(obj))
+        try:
+            total = 2
+            step = item_sep + (1 + indent * (depth + 1) if indent is not None else 0)
+            if isinstance(obj, dict):
+                for k, v in obj.items():
+                    total += step + measure(k, depth + 1) + key_sep + measure(v, depth + 1)
+                    if total > max_size:
+                        break
+            else:
+                for item in obj:
+                    total += step + measure(item, depth + 1)
+                    if total > max_size:
+                        break
+        finally:
+            active.discard(id(obj))
+        if total > max_size:
+            raise limits.exceeded("max_string_size",
+                                  f"{what} would build a string of more than {max_size:,} "
+                                  "characters")
+        memo[key] = total
+        return total
+
+    try:
+        return measure(value, 0)
+    except RecursionError:
+        raise limits.exceeded("max_recursion", f"data nested too deeply for {what}") from None
+
+
+def _check_str_size(value: Any) -> None:
+    """Before ``str(container)``: refuse results that would exceed the limits."""
+    if isinstance(value, _CONTAINERS):
+        _estimate_text_size(value, "str()")
+
+
+def _text(value: Any) -> str:
+    """``soft_str(value)`` (Markup stays Markup) with the container size guard."""
+    if isinstance(value, str):
+        return value
+    _check_str_size(value)
+    return str(value)
+
+
+def _plain_str(value: Any) -> str:
+    """``str(value)`` (Markup becomes a plain str) with the container size guard."""
+    if type(value) is str:
+        return value
+    _check_str_size(value)
+    return str(value)
+
+
+def _gather(items: Iterable[Any], convert: Callable[[Any], str], separator: Any) -> List[str]:
+    """Convert the items to strings, refusing them as soon as the joined total gets too big."""
+    limit = current_limits().max_string_size
+    step = len(separator) if isinstance(separator, str) else 0
+    pieces: List[str] = []
+    total = 0
+    for item in items:
+        piece = convert(item)
+        total += len(piece) + (step if pieces else 0)
+        if total > limit:
+            check_string_size(total)
+        pieces.append(piece)
+    return pieces
+
+
+# ---------------------------------------------------------------------------------------------
+# String filters
+# ---------------------------------------------------------------------------------------------
+
+def do_upper(s: Any) -> str:
+    """Uppercase the value."""
+    return _text(s).upper()
+
+
+def do_lower(s: Any) -> str:
+    """Lowercase the value."""
+    return _text(s).lower()
+
+
+def do_capitalize(s: Any) -> str:
+    """First character uppercase, the rest lowercase."""
+    return _text(s).capitalize()
+
+
+_TITLE_SPLIT_RE = re.compile(r"([-\s({\[<]+)")
+
+
+def do_title(s: Any) -> str:
+    """Uppercase the first letter of every word (words start after spaces, ``-([{<``)."""
+    pieces = _TITLE_SPLIT_RE.split(_text(s))
+    return "".join(str(piece[0]).upper() + str(piece[1:]).lower() for piece in pieces if piece)
+
+
+def do_trim(value: Any, chars: Optional[str] = None) -> str:
+    """Strip whitespace (or the given characters) from both ends."""
+    text = _text(value)
+    if isinstance(text, Markup):  # MarkupSafe strips the characters as given, unescaped
+        return Markup(str.strip(text, chars))
+    return text.strip(chars)
+
+
+def do_center(value: Any, width: int = 80) -> str:
+    """Center the value in a field ``width`` characters wide."""
+    text = _text(value)
+    if isinstance(width, int) and width > len(text):
+        check_string_size(width)
+    return text.center(width)
+
+
+@pass_environment
+def do_replace(env: Any, s: Any, old: Any, new: Any, count: Optional[int] = None) -> str:
+    """Replace occurrences of ``old`` by ``new`` (the first ``count`` ones if given)."""
+    if count is None:
+        count = -1
+    if not _autoescape(env):
+        text, old, new = _plain_str(s), _plain_str(old), _plain_str(new)
+    else:
+        if _has_html(old) or (_has_html(new) and not _has_html(s)):
+            text = escape(s)
+        else:
+            text = _text(s)
+        old, new = _text(old), _text(new)
+    # MarkupSafe escapes the replacement (not the searched text) when the subject is Markup.
+    replacement = str(escape(new)) if isinstance(text, Markup) else new
+    if isinstance(count, int) and isinstance(replacement, str) and len(replacement) > len(old):
+        found = text.count(old) if old else len(text) + 1
+        if count >= 0:
+            found = min(found, count)
+        check_string_size(len(text) + found * (len(replacement) - len(old)))
+    if isinstance(text, Markup):
+        return Markup(str.replace(text, old, replacement, count))
+    return text.replace(old, new, count)
+
+
+_WORD_RE = re.compile(r"\w+")
+
+
+def do_wordcount(s: Any) -> int:
+    """The number of words (runs of word characters) in the value."""
+    return len(_WORD_RE.findall(_text(s)))
+
+
+def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
+    """Indent every line but the first (and blank ones) by ``width`` spaces or a string.
+
+    ``first=True`` indents the first line too, ``blank=True`` indents empty lines too.
+    """
+    if isinstance(width, str):
+        pad = width
+    else:
+        if isinstance(width, int):
+            check_string_size(width)
+        pad = " " * width
+    newline = "\n"
+    if isinstance(s, Markup):
+        pad = Markup(pad)
+        newline = Markup(newline)
+    s += newline  # so that a trailing newline keeps its (empty) last line
+    lines = s.splitlines()
+    if pad:
+        check_string_size(len(s) + len(pad) * (len(lines) + 1))
+    if blank:
+        result = (newline + pad).join(lines)
+    else:
+        result = lines[0]
+        rest = lines[1:]
+        if rest:
+            result += newline + newline.join(pad + line if line else line for line in rest)
+    if first:
+        result = pad + result
+    return result
+
+
+def do_truncate(s: Any, length: int = 255, killwords: bool = False, end: str = "...",
+                leeway: Optional[int] = None) -> str:
+    """Shorten the text to ``length`` characters, ending it with ``end``.
+
+    Words are kept whole unless ``killwords``; text at most ``leeway`` (default 5) characters
+    too long is left alone.
+    """
+    if leeway is None:
+        leeway = 5
+    if not length >= len(end):
+        raise AssertionError(f"expected length >= {len(end)}, got {length}")
+    if not leeway >= 0:
+        raise AssertionError(f"expected leeway >= 0, got {leeway}")
+    if len(s) <= length + leeway:
+        return s
+    kept = s[: length - len(end)]
+    if not killwords:
+        kept = kept.rsplit(" ", 1)[0]
+    return kept + end
+
+
+def do_wordwrap(s: Any, width: int = 79, break_long_words: bool = True,
+                wrapstring: Optional[str] = None, break_on_hyphens: bool = True) -> str:
+    """Wrap the text at ``width`` columns; existing lines are wrapped one by one.
+
+    Lines are joined with ``wrapstring`` (default a newline).
+    """
+    if wrapstring is None:
+        wrapstring = "\n"
+    paragraphs = [
+        textwrap.wrap(line, width=width, expand_tabs=False, replace_whitespace=False,
+                      break_long_words=break_long_words, break_on_hyphens=break_on_hyphens)
+        for line in s.splitlines()
+    ]
+    if isinstance(wrapstring, str) and paragraphs:
+        separators = sum(max(len(lines) - 1, 0) for lines in paragraphs) + len(paragraphs) - 1
+        check_string_size(sum(len(line) for lines in paragraphs for line in lines)
+                          + separators * len(wrapstring))
+    return wrapstring.join([wrapstring.join(lines) for lines in paragraphs])
+
+
+_PRINTF_RE = re.compile(
+    r"%(?:\((?P<key>[^)]*)\))?[-+ #0]*(?P<width>\*|\d+)?(?:\.(?P<prec>\*|\d*))?[hlL]?"
+    r"(?P<conv>.)?", re.S)
+
+
+def _check_printf_size(template: str, values: Any) -> None:
+    """Refuse ``template % values`` when widths, precisions or repeated keys make it huge."""
+    if "%" not in template:
+        return
+    total = len(template)
+    mapping = values if isinstance(values, abc.Mapping) else None
+    positional = values if isinstance(values, tuple) else ()
+    for item in positional:  # each positional argument is printed at most once
+        total += len(item) if isinstance(item, str) else _estimate_text_size(item, "format")
+    index = 0
+    sizes: Dict[Tuple[str, bool], int] = {}
+
+    def take() -> Any:
+        nonlocal index
+        value = positional[index] if index < len(positional) else None
+        index += 1
+        return value
+
+    for match in _PRINTF_RE.finditer(template):
+        if match.group("conv") == "%" and match.group(0) == "%%":
+            continue
+        for name in ("width", "prec"):
+            part = match.group(name)
+            if part == "*":
+                value = take()
+                if isinstance(value, int):
+                    total += abs(value)
+            elif part:
+                total += int(part) if len(part) < 12 else 10 ** 12
+        key = match.group("key")
+        if key is not None and mapping is not None:
+            as_repr = match.group("conv") in ("r", "a")
+            if (key, as_repr) not in sizes:
+                try:
+                    item = mapping[key]
+                    if isinstance(item, str) and not as_repr:
+                        sizes[(key, as_repr)] = len(item)
+                    else:
+                        sizes[(key, as_repr)] = _estimate_text_size(item, "format")
+                except Exception:
+                    sizes[(key, as_repr)] = 0
+            total += sizes[(key, as_repr)]
+        elif key is None:
+            take()
+        if total > current_limits().max_string_size:
+            break
+    check_string_size(total)
+
+
+def do_format(value: Any, *args: Any, **kwargs: Any) -> str:
+    """printf-style formatting: ``"%s, %s!"|format(a, b)`` is ``"%s, %s!" % (a, b)``."""
+    if args and kwargs:
+        raise FilterArgumentError(
+            "can't handle positional and keyword arguments at the same time")
+    template = _text(value)
+    values: Any = kwargs or args
+    _check_printf_size(template, values)
+    return template % values
+
+
+def _drop_comments(text: str) -> str:
+    """Remove ``<!-- ... -->`` comments the way MarkupSafe 3.0 does, in linear time.
+
+    MarkupSafe repeatedly removes the span from the first ``<!--`` to the first ``-->`` found
+    at or after it (so ``<!-->`` is a whole comment), rescanning from the start each time, so
+    a ``<!--`` formed across a removal is found too; it stops at a ``<!--`` without ``-->``.
+    """
+    opener, closer = "<!--", "-->"
+    kept: List[str] = []
+    position = 0
+
+    def kept_tail() -> str:
+        tail = ""
+        for chunk in reversed(kept):
+            tail = chunk + tail
+            if len(tail) >= 3:
+                break
+        return tail[-3:]
+
+    def drop_kept(count: int) -> None:
+        while count:
+            last = kept.pop()
+            if len(last) > count:
+                kept.append(last[:-count])
+                return
+            count -= len(last)
+
+    while True:
+        carry = kept_tail()
+        start_in_carry = -1
+        for offset in range(len(carry)):
+            piece = carry[offset:]
+            if piece + text[position:position + len(opener) - len(piece)] == opener:
+                start_in_carry = offset
+                break
+        if start_in_carry >= 0:
+            piece = carry[start_in_carry:]
+            head = piece + text[position:position + len(closer) + len(piece)]
+            found = head.find(closer)
+            if found != -1 and found < len(piece):  # "<!-->" straddling the removal point
+                end = position + found + len(closer) - len(piece)
+            else:
+                end = text.find(closer, position)
+                if end == -1:
+                    break
+                end += len(closer)
+            drop_kept(len(piece))
+            position = end
+            continue
+        start = text.find(opener, position)
+        if start == -1:
+            break
+        end = text.find(closer, start)
+        if end == -1:
+            break
+        kept.append(text[position:start])
+        position = end + len(closer)
+    kept.append(text[position:])
+    return "".join(kept)
+
+
+def _drop_tags(text: str) -> str:
+    """Remove each ``<`` up to the next ``>``; stop at a ``<`` that is never closed."""
+    kept: List[str] = []
+    position = 0
+    while True:
+        start = text.find("<", position)
+        if start == -1:
+            break
+        end = text.find(">", start)
+        if end == -1:
+            break
+        kept.append(text[position:start])
+        position = end + 1
+    kept.append(text[position:])
+    return "".join(kept)
+
+
+def do_striptags(value: Any) -> str:
+    """Remove SGML/XML comments and tags, collapse whitespace and decode HTML entities."""
+    if _has_html(value):
+        value = value.__html__()
+    text = _drop_tags(_drop_comments(_plain_str(value)))
+    return html.unescape(" ".join(text.split()))
+
+
+def do_string(value: Any) -> str:
+    """Convert to a string (Markup stays Markup)."""
+    return _text(value)
+
+
+def do_safe(value: Any) -> Markup:
+    """Mark the value as safe HTML (Markup)."""
+    _check_str_size(value)
+    return Markup(value)
+
+
+def do_escape(value: Any) -> Markup:
+    """HTML-escape the value unless it already is Markup."""
+    _check_str_size(value)
+    return escape(value)
+
+
+def do_forceescape(value: Any) -> Markup:
+    """HTML-escape the value even if it is Markup."""
+    if _has_html(value):
+        value = value.__html__()
+    return escape(_plain_str(value))
+
+
+def _url_quote(value: Any, for_qs: bool = False) -> str:
+    if not isinstance(value, bytes):
+        value = _plain_str(value).encode("utf-8")
+    quoted = quote_from_bytes(value, b"" if for_qs else b"/")
+    return quoted.replace("%20", "+") if for_qs else quoted
+
+
+def do_urlencode(value: Any) -> str:
+    """Percent-encode a string (``/`` kept), or build a query string from a dict or pairs."""
+    if isinstance(value, str) or not isinstance(value, abc.Iterable):
+        return _url_quote(value)
+    pairs = value.items() if isinstance(value, dict) else value
+    return "&".join(f"{_url_quote(k, True)}={_url_quote(v, True)}" for k, v in pairs)
+
+
+# -- urlize ------------------------------------------------------------------------------------
+
+_URL_RE = re.compile(
+    r"^(?:"
+    r"(?:https?://|www\.)(?:[\w%-]+\.)*(?:[a-z]{2,63}|xn--[\w%]{2,59})"   # host with a tld
+    r"|(?:[\w%-]{2,63}\.)+(?:com|net|int|edu|gov|org|info|mil)"             # bare domain
+    r"|https?://(?:\d{1,3}(?:\.\d{1,3}){3}"                                  # IPv4
+    r"|\[(?:[\da-f]{0,4}:){2}(?:[\da-f]{0,4}:?){1,6}\])"                     # IPv6
+    r")(?::\d{1,5})?(?:[/?#]\S*)?$",
+    re.IGNORECASE)
+_EMAIL_RE = re.compile(r"^\S+@\w[\w.-]*\.\w+$")
+_SCHEME_RE = re.compile(r"[\w.+-]{2,}:/{0,2}")
+_LEAD_RE = re.compile(r"^(?:[(<]|&lt;)+")
+_TRAIL_RE = re.compile(r"(?:[)>.,\n]|&gt;)+$")
+_TRAIL_ENDINGS = (")", ">", ".", ",", "\n", "&gt;")
+_BRACKETS = (("(", ")"), ("<", ">"), ("&lt;", "&gt;"))
+
+
+def _linkify(text: Any, trim_url_limit: Optional[int], rel: Optional[str],
+             target: Optional[str], extra_schemes: Optional[Iterable[str]]) -> str:
+    """Turn URLs and e-mail addresses of ``text`` (HTML-escaped first) into links."""
+    def shown(url: str) -> str:
+        if trim_url_limit is not None and len(url) > trim_url_limit:
+            return url[:trim_url_limit] + "..."
+        return url
+
+    _check_str_size(text)
+    words = re.split(r"(\s+)", str(escape(text)))
+    attributes = ""
+    if rel:
+        attributes += f' rel="{escape(rel)}"'
+    if target:
+        attributes += f' target="{escape(target)}"'
+    limit = current_limits().max_string_size
+    total = 0
+    for position, word in enumerate(words):
+        head, core, tail = "", word, ""
+        lead = _LEAD_RE.match(core)
+        if lead:
+            head = lead.group()
+            core = core[lead.end():]
+        if core.endswith(_TRAIL_ENDINGS):
+            trail = _TRAIL_RE.search(core)
+            if trail:
+                tail = trail.group()
+                core = core[: trail.start()]
+        # Give back closing brackets the link itself opened, e.g. "(see wiki/Foo_(bar))".
+        for opener, closer in _BRACKETS:
+            opened = core.count(opener)
+            if opened <= core.count(closer):
+                continue
+            for _ in range(min(opened, tail.count(closer))):
+                cut = tail.index(closer) + len(closer)
+                core += tail[:cut]
+                tail = tail[cut:]
+        if _URL_RE.match(core):
+            href = core if core.startswith(("https://", "http://")) else "https://" + core
+            core = f'<a href="{href}"{attributes}>{shown(core)}</a>'
+        elif core.startswith("mailto:") and _EMAIL_RE.match(core[7:]):
+            core = f'<a href="{core}">{core[7:]}</a>'
+        elif ("@" in core and not core.startswith(("www.", "@")) and ":" not in core
+              and _EMAIL_RE.match(core)):
+            core = f'<a href="mailto:{core}">{core}</a>'
+        elif extra_schemes is not None:
+            for scheme in extra_schemes:
+                if core != scheme and core.startswith(scheme):
+                    core = f'<a href="{core}"{attributes}>{core}</a>'
+        words[position] = piece = head + core + tail
+        total += len(piece)
+        if total > limit:
+            check_string_size(total)
+    return "".join(words)
+
+
+@pass_environment
+def do_urlize(env: Any, value: Any, trim_url_limit: Optional[int] = None,
+              nofollow: bool = False, target: Optional[str] = None, rel: Optional[str] = None,
+              extra_schemes: Optional[Iterable[str]] = None) -> str:
+    """Make ``http(s)://``, ``www.``, ``mailto:`` and e-mail addresses clickable links.
+
+    Links get ``rel="noopener"`` (plus ``nofollow`` and any ``rel`` given) and an optional
+    ``target``; ``trim_url_limit`` shortens the shown URL; ``extra_schemes`` lists more URL
+    prefixes (like ``"ftp://"``) to link.
+    """
+    rel_words = set((rel or "").split())
+    if nofollow:
+        rel_words.add("nofollow")
+    rel_words.add("noopener")
+    rel = " ".join(sorted(rel_words)) or None
+    if extra_schemes is None:
+        extra_schemes = ()
+    for scheme in extra_schemes:
+        if _SCHEME_RE.fullmatch(scheme) is None:
+            raise FilterArgumentError(f"{scheme!r} is not a valid URI scheme prefix.")
+    result = _linkify(value, trim_url_limit, rel, target, extra_schemes)
+    return Markup(result) if _autoescape(env) else result
+
+
+_ATTR_NAME_BAD_RE = re.compile(r"[\s/>=]", re.ASCII)
+
+
+@pass_environment
+def do_xmlattr(env: Any, d: Any, autospace: bool = True) -> str:
+    """Render a dict as HTML/XML attributes ``key="value"`` (values escaped).
+
+    None and undefined values are left out; a key containing whitespace, ``/``, ``>`` or
+    ``=`` is an error. With ``autospace`` the result starts with a space when not empty.
+    """
+    def attribute(pair: Tuple[Any, Any]) -> str:
+        key, value = pair
+        if _ATTR_NAME_BAD_RE.search(key) is not None:
+            raise ValueError(f"Invalid character in attribute name: {key!r}")
+        _check_str_size(value)
+        return f'{escape(key)}="{escape(value)}"'
+
+    shown = (pair for pair in _mapping_items(d)
+             if not (pair[1] is None or isinstance(pair[1], Undefined)))
+    pieces = _gather(shown, attribute, " ")
+    result = " ".join(pieces)
+    if autospace and result:
+        result = " " + result
+    return Markup(result) if _autoescape(env) else result
+
+
+def do_filesizeformat(value: Any, binary: bool = False) -> str:
+    """A human-readable file size: ``"13.0 kB"``, ``"4.1 MB"`` (``binary``: KiB, MiB...)."""
+    size = float(value)
+    base = 1024 if binary else 1000
+    if binary:
+        units = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+    else:
+        units = ("kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    if size == 1:
+        return "1 Byte"
+    if size < base:
+        return f"{int(size)} Bytes"
+    for power, unit in enumerate(units, start=2):
+        threshold = base ** power
+        if size < threshold:
+            break
+    return f"{base * size / threshold:.1f} {unit}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------------------------
+
+def do_abs(value: Any) -> Any:
+    """The absolute value."""
+    return abs(value)
+
+
+def do_int(value: Any, default: int = 0, base: int = 10) -> int:
+    """Convert to an integer, or return ``default`` when that is impossible.
+
+    Strings are parsed in ``base`` (``base=16`` accepts ``"0x1A"``, base 0 any prefix); a
+    string like ``"42.7"`` falls back to float conversion and gives 42.
+    """
+    try:
+        if isinstance(value, str):
+            return int(value, base)
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            return default
+
+
+def do_float(value: Any, default: float = 0.0) -> float:
+    """Convert to a float, or return ``default`` when that is impossible."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def do_round(value: Any, precision: int = 0, method: str = "common") -> float:
+    """Round to ``precision`` decimals: ``'common'`` (Python's round), ``'ceil'`` or ``'floor'``."""
+    if method not in {"common", "ceil", "floor"}:
+        raise FilterArgumentError("method must be common, ceil or floor")
+    if method == "common":
+        if (isinstance(value, int) and isinstance(precision, int)
+                and -precision > _int_width(value) + 1):
+            return 0  # what round() gives, without building 10 ** -precision
+        return round(value, precision)
+    if isinstance(precision, int) and precision + 1 > current_limits().max_int_digits:
+        limits = current_limits()
+        raise limits.exceeded("max_int_digits",
+                              f"round() precision {precision:,} would build a huge integer")
+    scale = 10 ** precision
+    rounder = math.ceil if method == "ceil" else math.floor
+    return rounder(value * scale) / scale
+
+
+# ---------------------------------------------------------------------------------------------
+# Sequences
+# ---------------------------------------------------------------------------------------------
+
+def do_length(value: Any) -> int:
+    """The number of items (``len()``)."""
+    if isinstance(value, LazySequence):
+        raise TypeError(f"object of type '{_python_type_name(value)}' has no len()")
+    return len(value)
+
+
+def do_list(value: Any) -> List[Any]:
+    """Convert to a list (a string becomes its characters)."""
+    if isinstance(value, str):
+        check_collection_size(len(value))
+    return list(value)
+
+
+@pass_environment
+def do_first(env: Any, seq: Any) -> Any:
+    """The first item, or an undefined value when there is none."""
+    try:
+        return next(iter(seq))
+    except StopIteration:
+        return env.undefined(hint="No first item, sequence was empty.")
+
+
+@pass_environment
+def do_last(env: Any, seq: Any) -> Any:
+    """The last item, or an undefined value when there is none (needs a reversible value)."""
+    if isinstance(seq, LazySequence):
+        raise TypeError(f"'{_python_type_name(seq)}' object is not reversible")
+    try:
+        return next(iter(reversed(seq)))
+    except StopIteration:
+        return env.undefined(hint="No last item, sequence was empty.")
+
+
+@pass_environment
+def do_random(env: Any, seq: Any) -> Any:
+    """A random item, or an undefined value when the sequence is empty."""
+    try:
+        return _random.choice(seq)
+    except IndexError:
+        return env.undefined(hint="No random item, sequence was empty.")
+
+
+def do_reverse(value: Any) -> Any:
+    """A reversed string, or the items of the value in reverse order.
+
+    Lists, tuples, dicts and ranges give a lazy reverse iterator (as in Jinja2); other
+    iterables give a reversed list.
+    """
+    if isinstance(value, str):
+        return value[::-1]
+    try:
+        backwards = reversed(value)
+    except TypeError:
+        try:
+            items = list(value)
+        except TypeError as exc:
+            raise FilterArgumentError("argument must be iterable") from exc
+        items.reverse()
+        return items
+    return LazySequence(backwards, type(backwards).__name__)
+
+
+@pass_environment
+def do_join(env: Any, value: Any, d: str = "", attribute: Any = None) -> str:
+    """Concatenate the items' strings with ``d`` between them (``attribute`` reads a field)."""
+    items: Iterable[Any] = value
+    if attribute is not None:
+        items = map(_getter(env, attribute), value)
+    if not _autoescape(env):
+        separator = _plain_str(d)
+        return separator.join(_gather(items, _plain_str, separator))
+    if _has_html(d):
+        separator = _text(d)
+        return separator.join(_gather(items, lambda item: escape(_text(item)), separator))
+    pieces = list(items)
+    any_markup = False
+    for position, item in enumerate(pieces):
+        if _has_html(item):
+            any_markup = True
+        else:
+            pieces[position] = _plain_str(item)
+    if not any_markup:
+        separator = _plain_str(d)
+        return separator.join(_gather(pieces, _plain_str, separator))
+    separator = escape(d)
+    return separator.join(_gather(pieces, escape, separator))
+
+
+def do_batch(value: Any, linecount: int, fill_with: Any = None) -> LazySequence:
+    """Split the items into lists of ``linecount`` items; ``fill_with`` pads the last one."""
+    def rows() -> Iterator[List[Any]]:
+        row: List[Any] = []
+        for item in value:
+            if len(row) == linecount:
+                yield row
+                row = []
+            row.append(item)
+        if row:
+            if fill_with is not None and len(row) < linecount:
+                if isinstance(linecount, int):
+                    check_collection_size(linecount)
+                row += [fill_with] * (linecount - len(row))
+            yield row
+
+    return LazySequence(rows(), "do_batch")
+
+
+def do_slice(value: Any, slices: int, fill_with: Any = None) -> LazySequence:
+    """Split the items into ``slices`` columns of (nearly) equal length.
+
+    The first columns take one extra item when the count does not divide evenly;
+    ``fill_with`` pads the shorter columns.
+    """
+    def columns() -> Iterator[List[Any]]:
+        items = list(value)
+        size = len(items)
+        per_column = size // slices
+        longer = size % slices
+        numbers = range(slices)
+        if isinstance(slices, int):
+            check_collection_size(slices)
+        for number in numbers:
+            start = number * per_column + min(number, longer)
+            stop = start + per_column + (1 if number < longer else 0)
+            column = items[start:stop]
+            if fill_with is not None and number >= longer:
+                column.append(fill_with)
+            yield column
+
+    return LazySequence(columns(), "sync_do_slice")
+
+
+@pass_environment
+def do_sum(env: Any, iterable: Any, attribute: Any = None, start: Any = 0) -> Any:
+    """The sum of the items (or of their ``attribute``) plus ``start``."""
+    if attribute is not None:
+        iterable = map(_getter(env, attribute), iterable)
+    if not isinstance(start, (list, tuple)):
+        return sum(iterable, start)
+    # Concatenating sequences: same result as sum(), with the size and cost checked.
+    limits = current_limits()
+    total = start
+    work = 0
+    for item in iterable:
+        if isinstance(item, (list, tuple)):
+            check_collection_size(len(total) + len(item))
+            work += len(total) + len(item)
+            if work > limits.max_steps:
+                raise limits.exceeded("max_steps", "sum() of sequences is too expensive")
+        total = total + item
+    return total
+
+
+@pass_environment
+def do_sort(env: Any, value: Any, reverse: bool = False, case_sensitive: bool = False,
+            attribute: Any = None) -> List[Any]:
+    """Sort the items (stable); ``attribute`` may be a dotted path or ``"a,b"`` for several.
+
+    Strings compare case-insensitively unless ``case_sensitive``.
+    """
+    key = _multi_getter(env, attribute, None if case_sensitive else _lower_if_str)
+    return sorted(value, key=key, reverse=reverse)
+
+
+def do_dictsort(value: Any, case_sensitive: bool = False, by: str = "key",
+                reverse: bool = False) -> List[Tuple[Any, Any]]:
+    """The ``(key, value)`` pairs of a mapping sorted by key (or ``by='value'``)."""
+    if by == "key":
+        position = 0
+    elif by == "value":
+        position = 1
+    else:
+        raise FilterArgumentError('You can only sort by either "key" or "value"')
+
+    def key(pair: Tuple[Any, Any]) -> Any:
+        field = pair[position]
+        return field if case_sensitive else _lower_if_str(field)
+
+    return sorted(_mapping_items(value), key=key, reverse=reverse)
+
+
+@pass_environment
+def do_unique(env: Any, value: Any, case_sensitive: bool = False,
+              attribute: Any = None) -> LazySequence:
+    """The items without repeats (first occurrence kept, order preserved)."""
+    key = _getter(env, attribute, None if case_sensitive else _lower_if_str)
+
+    def unique() -> Iterator[Any]:
+        seen = set()
+        for item in value:
+            marker = key(item)
+            if marker not in seen:
+                seen.add(marker)
+                yield item
+
+    return LazySequence(unique(), "sync_do_unique")
+
+
+def _extreme(env: Any, value: Any, pick: Callable[..., Any], case_sensitive: bool,
+             attribute: Any) -> Any:
+    iterator = iter(value)
+    try:
+        head = next(iterator)
+    except StopIteration:
+        return env.undefined(hint="No aggregated item, sequence was empty.")
+    key = _getter(env, attribute, None if case_sensitive else _lower_if_str)
+    return pick(itertools.chain((head,), iterator), key=key)
+
+
+@pass_environment
+def do_min(env: Any, value: Any, case_sensitive: bool = False, attribute: Any = None) -> Any:
+    """The smallest item (by ``attribute`` if given); undefined when empty."""
+    return _extreme(env, value, min, case_sensitive, attribute)
+
+
+@pass_environment
+def do_max(env: Any, value: Any, case_sensitive: bool = False, attribute: Any = None) -> Any:
+    """The largest item (by ``attribute`` if given); undefined when empty."""
+    return _extreme(env, value, max, case_sensitive, attribute)
+
+
+class GroupTuple(tuple):
+    """One ``groupby`` result: a ``(grouper, list)`` pair with those two attribute names.
+
+    Prints like a plain tuple. Templates read ``.grouper``/``.list`` through the sandbox's
+    item fallback (``g['grouper']`` works too, as in Jinja2).
+    """
+
+    __slots__ = ()
+    template_attributes = frozenset({"grouper", "list"})
+
+    def __new__(cls, grouper: Any, items: List[Any]) -> "GroupTuple":
+        return tuple.__new__(cls, (grouper, items))
+
+    @property
+    def grouper(self) -> Any:
+        return tuple.__getitem__(self, 0)
+
+    @property
+    def list(self) -> List[Any]:
+        return tuple.__getitem__(self, 1)
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str) and key == "grouper":
+            return tuple.__getitem__(self, 0)
+        if isinstance(key, str) and key == "list":
+            return tuple.__getitem__(self, 1)
+        return tuple.__getitem__(self, key)
+
+    def __repr__(self) -> str:
+        return tuple.__repr__(self)
+
+    __str__ = __repr__
+
+    def __getnewargs__(self) -> Tuple[Any, Any]:
+        return (tuple.__getitem__(self, 0), tuple.__getitem__(self, 1))
+
+
+@pass_environment
+def do_groupby(env: Any, value: Any, attribute: Any, default: Any = None,
+               case_sensitive: bool = False) -> List[GroupTuple]:
+    """Sort the items by ``attribute`` and group equal values: a list of (grouper, list).
+
+    Grouping ignores case unless ``case_sensitive``; the group's key then keeps the case of
+    its first item. ``default`` stands in for items without the attribute.
+    """
+    key = _getter(env, attribute, None if case_sensitive else _lower_if_str, default)
+    groups = [GroupTuple(grouper, list(members))
+              for grouper, members in itertools.groupby(sorted(value, key=key), key)]
+    if not case_sensitive:
+        original = _getter(env, attribute, default=default)
+        groups = [GroupTuple(original(group.list[0]), group.list) for group in groups]
+    return groups
+
+
+def do_items(value: Any) -> LazySequence:
+    """The ``(key, value)`` pairs of a mapping; nothing for an undefined value."""
+    def pairs() -> Iterator[Tuple[Any, Any]]:
+        if isinstance(value, Undefined):
+            return
+        if not isinstance(value, abc.Mapping):
+            raise TypeError("Can only get item pairs from a mapping.")
+        yield from value.items()
+
+    return LazySequence(pairs(), "do_items")
+
+
+# -- map / select / reject ---------------------------------------------------------------------
+
+def _map_function(env: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+                  ) -> Callable[[Any], Any]:
+    if not args and "attribute" in kwargs:
+        attribute = kwargs.pop("attribute")
+        default = kwargs.pop("default", None)
+        if kwargs:
+            raise FilterArgumentError(f"Unexpected keyword argument {next(iter(kwargs))!r}")
+        return _getter(env, attribute, default=default)
+    if not args:
+        raise FilterArgumentError("map requires a filter argument")
+    name, rest = args[0], args[1:]
+    return lambda item: env.call_filter(name, item, rest, kwargs)
+
+
+@pass_environment
+def do_map(env: Any, value: Any, *args: Any, **kwargs: Any) -> LazySequence:
+    """Apply a filter to every item (``map('lower')``, extra arguments passed on), or read an
+    attribute of every item (``map(attribute='name', default=...)``)."""
+    def mapped() -> Iterator[Any]:
+        if not value:
+            return
+        function = _map_function(env, args, kwargs)
+        for item in value:
+            yield function(item)
+
+    return LazySequence(mapped(), "sync_do_map")
+
+
+def _predicate(env: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+               by_attribute: bool) -> Callable[[Any], Any]:
+    if by_attribute:
+        if not args:
+            raise FilterArgumentError("Missing parameter for attribute name")
+        read = _getter(env, args[0])
+        args = args[1:]
+    else:
+        read = None
+    if args:
+        name, rest = args[0], args[1:]
+
+        def check(item: Any) -> Any:
+            return env.call_test(name, item, rest, kwargs)
+    else:
+        check = bool
+    if read is None:
+        return check
+    return lambda item: check(read(item))
+
+
+def _filtered(env: Any, value: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+              keep: bool, by_attribute: bool) -> LazySequence:
+    def kept() -> Iterator[Any]:
+        if not value:
+            return
+        predicate = _predicate(env, args, kwargs, by_attribute)
+        for item in value:
+            if bool(predicate(item)) is keep:
+                yield item
+
+    return LazySequence(kept(), "select_or_reject")
+
+
+@pass_environment
+def do_select(env: Any, value: Any, *args: Any, **kwargs: Any) -> LazySequence:
+    """The items that pass the named test (``select('odd')``); truthy items without a test."""
+    return _filtered(env, value, args, kwargs, True, False)
+
+
+@pass_environment
+def do_reject(env: Any, value: Any, *args: Any, **kwargs: Any) -> LazySequence:
+    """The items that fail the named test; falsy items without a test."""
+    return _filtered(env, value, args, kwargs, False, False)
+
+
+@pass_environment
+def do_selectattr(env: Any, value: Any, *args: Any, **kwargs: Any) -> LazySequence:
+    """The items whose attribute passes the test (``selectattr('role', 'eq', 'user')``)."""
+    return _filtered(env, value, args, kwargs, True, True)
+
+
+@pass_environment
+def do_rejectattr(env: Any, value: Any, *args: Any, **kwargs: Any) -> LazySequence:
+    """The items whose attribute fails the test (or is falsy without a test)."""
+    return _filtered(env, value, args, kwargs, False, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects and serialisation
+# ---------------------------------------------------------------------------------------------
+
+def do_default(value: Any, default_value: Any = "", boolean: bool = False) -> Any:
+    """``default_value`` if the value is undefined (or, with ``boolean``, falsy)."""
+    if isinstance(value, Undefined) or (boolean and not value):
+        return default_value
+    return value
+
+
+@pass_environment
+def do_attr(env: Any, obj: Any, name: str) -> Any:
+    """The attribute ``name`` of the object, WITHOUT falling back to ``obj[name]``.
+
+    Reads through the sandbox's attribute-only lookup, so unsafe attributes are refused and
+    a missing one gives an undefined value.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"attribute name must be string, not {type(name).__name__!r}")
+    if isinstance(obj, GroupTuple) and name in GroupTuple.template_attributes:
+        return getattr(obj, name)
+    value = env.sandbox._attribute(obj, name)
+    if value is MISSING:
+        return env.undefined(obj=obj, name=name)
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    raise TypeError(f"Object of type {_python_type_name(value)} is not JSON serializable")
+
+
+def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
+              separators: Any = None, sort_keys: bool = False) -> str:
+    """``json.dumps`` of the value with these options, exactly (transformers' tojson).
+
+    No HTML escaping; undefined values, lazy sequences, namespaces and other non-JSON objects
+    are a TypeError; tuples become arrays; the result is a plain string.
+    """
+    limits = current_limits()
+    indent_width: Optional[int] = None
+    if indent is not None:
+        if isinstance(indent, str):
+            indent_width = len(indent)
+        elif isinstance(indent, int):
+            check_string_size(indent)
+            indent_width = max(indent, 0)
+    item_sep, key_sep = (2, 2) if indent is None else (1, 2)
+    if separators is not None:
+        try:
+            item_sep, key_sep = (len(part) for part in separators)
+        except (TypeError, ValueError):
+            pass
+    _estimate_text_size(value, "tojson", item_sep, key_sep, indent_width, quoted_extra=2)
+    try:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys, default=_json_default)
+    except RecursionError:
+        raise limits.exceeded("max_recursion", "data nested too deeply for tojson") from None
+
+
+def do_pprint(value: Any) -> str:
+    """Pretty-print the value (Python's ``pprint.pformat``)."""
+    limits = current_limits()
+    _estimate_text_size(value, "pprint", 2, 2, 1, quoted_extra=4)
+    try:
+        return _pprint.pformat(value)
+    except RecursionError:
+        raise limits.exceeded("max_recursion", "data nested too deeply for pprint") from None
+
+
+FILTERS: Dict[str, Callable[..., Any]] = {
+    "abs": do_abs,
+    "attr": do_attr,
+    "batch": do_batch,
+    "capitalize": do_capitalize,
+    "center": do_center,
+    "count": do_length,
+    "d": do_default,
+    "default": do_default,
+    "dictsort": do_dictsort,
+    "e": do_escape,
+    "escape": do_escape,
+    "filesizeformat": do_filesizeformat,
+    "first": do_first,
+    "float": do_float,
+    "forceescape": do_forceescape,
+    "format": do_format,
+    "groupby": do_groupby,
+    "indent": do_indent,
+    "int": do_int,
+    "items": do_items,
+    "join": do_join,
+    "last": do_last,
+    "length": do_length,
+    "list": do_list,
+    "lower": do_lower,
+    "map": do_map,
+    "max": do_max,
+    "min": do_min,
+    "pprint": do_pprint,
+    "random": do_random,
+    "reject": do_reject,
+    "rejectattr": do_rejectattr,
+    "replace": do_replace,
+    "reverse": do_reverse,
+    "round": do_round,
+    "safe": do_safe,
+    "select": do_select,
+    "selectattr": do_selectattr,
+    "slice": do_slice,
+    "sort": do_sort,
+    "string": do_string,
+    "striptags": do_striptags,
+    "sum": do_sum,
+    "title": do_title,
+    "tojson": do_tojson,
+    "trim": do_trim,
+    "truncate": do_truncate,
+    "unique": do_unique,
+    "upper": do_upper,
+    "urlencode": do_urlencode,
+    "urlize": do_urlize,
+    "wordcount": do_wordcount,
+    "wordwrap": do_wordwrap,
+    "xmlattr": do_xmlattr,
+}
+
+__all__ = ["FILTERS", "GroupTuple"]

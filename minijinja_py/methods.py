@@ -1,0 +1,189 @@
+"""The Python methods templates may call on str, list, tuple and dict values.
+
+``METHODS[type][name]`` is the implementation, called as ``fn(obj, *args, **kwargs)``. Methods
+that modify their object are listed in ``MUTATORS``; the immutable sandbox (transformers) turns
+them into an unsafe undefined, the mutable one allows them. Anything not listed here is not a
+method as far as a template is concerned (item lookup follows, then undefined).
+
+String-building methods check the size of what they would build against the render's limits
+before building it (see :mod:`limits`).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Callable, Dict
+
+from .limits import check_repeat_size, check_string_size
+
+try:  # CPython's helper that string.Formatter uses to split "a.b[c]"
+    from _string import formatter_field_name_split
+except ImportError:  # pragma: no cover - other interpreters
+    formatter_field_name_split = None
+
+
+class SandboxedFormatter(string.Formatter):
+    """``str.format`` whose ``{0.attr}`` / ``{0[key]}`` lookups go through the sandbox."""
+
+    def __init__(self, sandbox: Any) -> None:
+        self.sandbox = sandbox
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        first, rest = formatter_field_name_split(field_name)
+        obj = self.get_value(first, args, kwargs)
+        for is_attr, key in rest:
+            obj = self.sandbox.getattr(obj, key) if is_attr else self.sandbox.getitem(obj, key)
+        return obj, first
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        _check_format_spec(format_spec)
+        return format(value, format_spec)
+
+
+def _check_format_spec(spec: str) -> None:
+    digits = ""
+    for char in spec:
+        if char.isdigit():
+            digits += char
+        elif digits:
+            break
+    if digits and len(digits) > 3:
+        check_string_size(int(digits[:12]) if len(digits) <= 12 else 10 ** 12)
+
+
+class SandboxedEscapeFormatter(SandboxedFormatter):
+    """``Markup.format``: sandboxed lookups, and every substituted value HTML-escaped."""
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        from .markup import escape
+
+        return escape(super().format_field(value, format_spec))
+
+
+def _str_format(value: str, *args: Any, **kwargs: Any) -> str:
+    from .markup import Markup
+    from .sandbox import current_sandbox
+
+    if isinstance(value, Markup):
+        return Markup(SandboxedEscapeFormatter(current_sandbox()).vformat(value, args, kwargs))
+    return SandboxedFormatter(current_sandbox()).vformat(value, args, kwargs)
+
+
+def _str_format_map(value: str, mapping: Any) -> str:
+    return _str_format(value, **dict(mapping))
+
+
+def _padded(method: Callable[..., str]) -> Callable[..., str]:
+    def pad(value: str, width: Any, *args: Any) -> str:
+        if isinstance(width, int):
+            check_string_size(width)
+        return method(value, width, *args)
+
+    pad.__name__ = method.__name__
+    return pad
+
+
+def _str_replace(value: str, old: str, new: str, count: int = -1) -> str:
+    if isinstance(old, str) and isinstance(new, str) and len(new) > len(old):
+        occurrences = value.count(old) if old else len(value) + 1
+        if count is not None and count >= 0:
+            occurrences = min(occurrences, count)
+        check_string_size(len(value) + occurrences * (len(new) - len(old)))
+    return value.replace(old, new, count)
+
+
+def _str_join(value: str, iterable: Any) -> str:
+    items = list(iterable)
+    check_repeat_size(len(value), max(len(items) - 1, 0))
+    return value.join(items)
+
+
+def _str_expandtabs(value: str, tabsize: int = 8) -> str:
+    if isinstance(tabsize, int):
+        check_repeat_size(max(tabsize, 1), value.count("\t") + 1)
+    return value.expandtabs(tabsize)
+
+
+def _str_method(name: str) -> Callable[..., Any]:
+    def method(value: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(value, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+_PLAIN_STR_METHODS = (
+    "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith",
+    "upper", "lower", "title", "capitalize", "swapcase", "casefold", "find", "rfind", "index",
+    "rindex", "count", "partition", "rpartition", "removeprefix", "removesuffix", "isalnum",
+    "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric",
+    "isprintable", "isspace", "istitle", "isupper", "encode",
+)
+
+STR_METHODS: Dict[str, Callable[..., Any]] = {name: _str_method(name)
+                                              for name in _PLAIN_STR_METHODS}
+STR_METHODS.update({
+    "format": _str_format,
+    "format_map": _str_format_map,
+    "replace": _str_replace,
+    "join": _str_join,
+    "expandtabs": _str_expandtabs,
+    "zfill": _padded(lambda value, width: value.zfill(width)),
+    "center": _padded(lambda value, width, *fill: value.center(width, *fill)),
+    "ljust": _padded(lambda value, width, *fill: value.ljust(width, *fill)),
+    "rjust": _padded(lambda value, width, *fill: value.rjust(width, *fill)),
+})
+
+
+def _list_method(name: str) -> Callable[..., Any]:
+    def method(value: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(value, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+LIST_METHODS = {name: _list_method(name) for name in (
+    "index", "count", "copy", "append", "extend", "insert", "pop", "remove", "reverse", "sort",
+    "clear")}
+TUPLE_METHODS = {name: _list_method(name) for name in ("index", "count")}
+DICT_METHODS = {name: _list_method(name) for name in (
+    "get", "items", "keys", "values", "copy", "update", "pop", "popitem", "setdefault", "clear")}
+SET_METHODS = {name: _list_method(name) for name in (
+    "copy", "difference", "intersection", "isdisjoint", "issubset", "issuperset",
+    "symmetric_difference", "union", "add", "clear", "discard", "pop", "remove", "update",
+    "difference_update", "intersection_update", "symmetric_difference_update")}
+INT_METHODS = {name: _list_method(name) for name in ("bit_length", "conjugate")}
+FLOAT_METHODS = {name: _list_method(name) for name in ("is_integer", "conjugate")}
+
+METHODS: Dict[type, Dict[str, Callable[..., Any]]] = {
+    str: STR_METHODS,
+    list: LIST_METHODS,
+    tuple: TUPLE_METHODS,
+    dict: DICT_METHODS,
+    set: SET_METHODS,
+    int: INT_METHODS,
+    float: FLOAT_METHODS,
+}
+
+# What the immutable sandbox refuses: the same sets as Jinja2's modifies_known_mutable.
+MUTATORS: Dict[type, frozenset] = {
+    list: frozenset({"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"}),
+    dict: frozenset({"update", "pop", "popitem", "setdefault", "clear"}),
+    set: frozenset({"add", "clear", "discard", "pop", "remove", "update", "difference_update",
+                    "intersection_update", "symmetric_difference_update"}),
+}
+
+
+def method_table(obj: Any) -> Any:
+    """The (table, base type) for ``obj``, following subclasses such as Markup."""
+    cls = type(obj)
+    table = METHODS.get(cls)
+    if table is not None:
+        return table, cls
+    if cls is bool:
+        return None, None
+    for base, table in METHODS.items():
+        if isinstance(obj, base):
+            return table, base
+    return None, None

@@ -1,0 +1,418 @@
+"""Runtime objects that templates see: undefined values, loop, namespace, cycler, joiner, macro.
+
+None of these prints a Python repr with a memory address, and every attribute a template may
+read is listed in the class's ``template_attributes`` (the sandbox reads nothing else).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from .exceptions import SecurityError, TemplateRuntimeError, UndefinedError
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "missing"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def object_type_repr(obj: Any) -> str:
+    """``'dict object'``-style name used in Jinja2's undefined messages."""
+    if obj is None:
+        return "None"
+    if obj is Ellipsis:
+        return "Ellipsis"
+    cls = type(obj)
+    if cls.__module__ == "builtins":
+        return f"{cls.__name__} object"
+    return f"{cls.__module__}.{cls.__name__} object"
+
+
+class Undefined:
+    """Jinja2's default undefined: prints as ``''``, iterates as empty, fails when used.
+
+    Any arithmetic, comparison, call, attribute or item access raises :class:`UndefinedError`
+    (or the stored exception class, e.g. :class:`SecurityError` for unsafe attributes).
+    """
+
+    __slots__ = ("_undefined_hint", "_undefined_obj", "_undefined_name", "_undefined_exception")
+    template_attributes: frozenset = frozenset()
+
+    def __init__(self, hint: Optional[str] = None, obj: Any = MISSING, name: Any = None,
+                 exc: type = UndefinedError) -> None:
+        self._undefined_hint = hint
+        self._undefined_obj = obj
+        self._undefined_name = name
+        self._undefined_exception = exc
+
+    @property
+    def _undefined_message(self) -> str:
+        if self._undefined_hint:
+            return self._undefined_hint
+        if self._undefined_obj is MISSING:
+            return f"{self._undefined_name!r} is undefined"
+        if not isinstance(self._undefined_name, str):
+            return (f"{object_type_repr(self._undefined_obj)} has no element "
+                    f"{self._undefined_name!r}")
+        return (f"{object_type_repr(self._undefined_obj)!r} has no attribute "
+                f"{self._undefined_name!r}")
+
+    def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._undefined_exception(self._undefined_message)
+
+    def _template_getattr(self, name: str) -> Any:
+        """Attribute access from a template (the sandbox calls this)."""
+        return self._fail_with_undefined_error()
+
+    _template_getitem = _template_getattr
+
+    def __getattr__(self, name: str) -> Any:
+        if name[:2] == "__":
+            raise AttributeError(name)
+        return self._fail_with_undefined_error()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = _fail_with_undefined_error
+    __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail_with_undefined_error
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _fail_with_undefined_error
+    __pos__ = __neg__ = __call__ = __getitem__ = _fail_with_undefined_error
+    __lt__ = __le__ = __gt__ = __ge__ = _fail_with_undefined_error
+    __int__ = __float__ = __complex__ = __pow__ = __rpow__ = _fail_with_undefined_error
+    __index__ = _fail_with_undefined_error
+
+    def __eq__(self, other: Any) -> bool:
+        return type(self) is type(other)
+
+    def __ne__(self, other: Any) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return id(type(self))
+
+    def __str__(self) -> str:
+        return ""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "Undefined"
+
+    def __html__(self) -> str:
+        return str(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class ChainableUndefined(Undefined):
+    """An undefined whose attributes and items are undefined too (``a.b.c`` prints ``''``)."""
+
+    __slots__ = ()
+
+    def _template_getattr(self, name: str) -> Any:
+        return self
+
+    _template_getitem = _template_getattr
+
+    def __getattr__(self, name: str) -> Any:
+        if name[:2] == "__":
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        return self
+
+    def __html__(self) -> str:
+        return str(self)
+
+
+class StrictUndefined(Undefined):
+    """An undefined that raises on every use, printing and truth tests included."""
+
+    __slots__ = ()
+    __iter__ = __str__ = __len__ = Undefined._fail_with_undefined_error  # type: ignore
+    __eq__ = __ne__ = __bool__ = __hash__ = Undefined._fail_with_undefined_error  # type: ignore
+    __contains__ = Undefined._fail_with_undefined_error
+
+    def __format__(self, spec: str) -> str:
+        return self._fail_with_undefined_error()
+
+
+def unsafe_undefined(obj: Any, attribute: Any, undefined: type = Undefined) -> Undefined:
+    """The undefined the sandbox returns for a forbidden attribute: using it raises."""
+    return undefined(
+        f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe.",
+        obj, attribute, SecurityError)
+
+
+def is_undefined(value: Any) -> bool:
+    return isinstance(value, Undefined)
+
+
+class BoundMethod:
+    """A method of a str/list/dict (or runtime object) as read by a template: ``x.items``."""
+
+    __slots__ = ("function", "owner", "name")
+    template_attributes: frozenset = frozenset()
+
+    def __init__(self, function: Callable[..., Any], owner: Any, name: str) -> None:
+        self.function = function
+        self.owner = owner
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(self.owner, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<built-in method {self.name} of {type(self.owner).__name__} object>"
+
+
+class Namespace:
+    """``namespace(...)``: a mutable bag of attributes that survives loop scopes."""
+
+    __slots__ = ("_attrs",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._attrs: Dict[str, Any] = dict(*args, **kwargs)
+
+    def _template_getattr(self, name: str) -> Any:
+        try:
+            return self._attrs[name]
+        except KeyError:
+            return MISSING
+
+    def _template_getitem(self, name: Any) -> Any:
+        return self._template_getattr(name) if isinstance(name, str) else MISSING
+
+    def _template_setattr(self, name: str, value: Any) -> None:
+        self._attrs[name] = value
+
+    def __repr__(self) -> str:
+        return f"<Namespace {self._attrs!r}>"
+
+
+class Cycler:
+    """``cycler(a, b, c)``: ``next()`` steps through the items, ``current`` is the present one."""
+
+    __slots__ = ("items", "pos")
+    template_attributes = frozenset({"items", "pos", "current", "next", "reset"})
+
+    def __init__(self, *items: Any) -> None:
+        if not items:
+            raise TypeError("at least one item has to be provided")
+        self.items = items
+        self.pos = 0
+
+    def reset(self) -> None:
+        self.pos = 0
+
+    @property
+    def current(self) -> Any:
+        return self.items[self.pos]
+
+    def next(self) -> Any:
+        value = self.current
+        self.pos = (self.pos + 1) % len(self.items)
+        return value
+
+    __next__ = next
+
+    def __repr__(self) -> str:
+        return f"<Cycler {list(self.items)!r}>"
+
+
+class Joiner:
+    """``joiner(', ')``: returns ``''`` the first time it is called, the separator after."""
+
+    __slots__ = ("sep", "used")
+    template_attributes = frozenset({"sep"})
+
+    def __init__(self, sep: str = ", ") -> None:
+        self.sep = sep
+        self.used = False
+
+    def __call__(self) -> str:
+        if not self.used:
+            self.used = True
+            return ""
+        return self.sep
+
+    def __repr__(self) -> str:
+        return f"<Joiner {self.sep!r}>"
+
+
+class LoopContext:
+    """The ``loop`` variable of a for loop."""
+
+    __slots__ = ("_items", "index0", "length", "depth0", "_recurse", "_last_changed", "_undefined")
+    template_attributes = frozenset({
+        "index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
+        "previtem", "nextitem", "cycle", "changed"})
+
+    def __init__(self, items: List[Any], depth0: int, recurse: Optional[Callable[..., Any]],
+                 undefined: type) -> None:
+        self._items = items
+        self.index0 = -1
+        self.length = len(items)
+        self.depth0 = depth0
+        self._recurse = recurse
+        self._last_changed: Any = MISSING
+        self._undefined = undefined
+
+    @property
+    def index(self) -> int:
+        return self.index0 + 1
+
+    @property
+    def revindex(self) -> int:
+        return self.length - self.index0
+
+    @property
+    def revindex0(self) -> int:
+        return self.length - self.index0 - 1
+
+    @property
+    def first(self) -> bool:
+        return self.index0 == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index0 == self.length - 1
+
+    @property
+    def depth(self) -> int:
+        return self.depth0 + 1
+
+    @property
+    def previtem(self) -> Any:
+        if self.index0 <= 0:
+            return self._undefined("there is no previous item")
+        return self._items[self.index0 - 1]
+
+    @property
+    def nextitem(self) -> Any:
+        if self.index0 + 1 >= self.length:
+            return self._undefined("there is no next item")
+        return self._items[self.index0 + 1]
+
+    def cycle(self, *args: Any) -> Any:
+        if not args:
+            raise TypeError("no items for cycling given")
+        return args[self.index0 % len(args)]
+
+    def changed(self, *value: Any) -> bool:
+        if self._last_changed != value:
+            self._last_changed = value
+            return True
+        return False
+
+    def __call__(self, iterable: Any) -> str:
+        if self._recurse is None:
+            raise TypeError(
+                "The loop must have the 'recursive' marker to be called recursively.")
+        return self._recurse(iterable, self.depth0 + 1)
+
+    def __repr__(self) -> str:
+        return f"<LoopContext {self.index0 + 1}/{self.length}>"
+
+
+class Macro:
+    """A macro (or the ``caller`` of a call block) bound to the scope it was defined in."""
+
+    __slots__ = ("name", "arguments", "defaults", "catch_kwargs", "catch_varargs", "caller",
+                 "_invoke")
+    template_attributes = frozenset({"name", "arguments", "catch_kwargs", "catch_varargs",
+                                     "caller"})
+
+    def __init__(self, name: str, arguments: tuple, catch_kwargs: bool, catch_varargs: bool,
+                 caller: bool, invoke: Callable[[tuple, dict], str]) -> None:
+        self.name = name
+        self.arguments = arguments
+        self.catch_kwargs = catch_kwargs
+        self.catch_varargs = catch_varargs
+        self.caller = caller
+        self._invoke = invoke
+
+    def __call__(self, *args: Any, **kwargs: Any) -> str:
+        return self._invoke(args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Macro {self.name!r}>"
+
+
+class LazySequence:
+    """The lazy result of ``map``/``select``/``reject``/``selectattr``/``rejectattr``.
+
+    Jinja2 returns a generator there: it can be iterated once, has no length and is not JSON.
+    This keeps those semantics but prints without a memory address.
+    """
+
+    __slots__ = ("_iterator", "_label")
+    template_attributes: frozenset = frozenset()
+
+    def __init__(self, iterator: Iterator[Any], label: str) -> None:
+        self._iterator = iterator
+        self._label = label
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def __repr__(self) -> str:
+        return f"<generator object {self._label}>"
+
+
+class TemplateReference:
+    """Placeholder so that `self` in templates is undefined-free but inert."""
+
+    __slots__ = ()
+    template_attributes: frozenset = frozenset()
+
+    def __repr__(self) -> str:
+        return "<TemplateReference>"
+
+
+def raise_template_error(message: Any) -> None:
+    """Implementation of transformers' ``raise_exception`` global.
+
+    The template author's message is what users show to their clients, so ``str()`` of this
+    error is exactly the message (the location is still on ``lineno``/``column``).
+    """
+    from .exceptions import TemplateError
+
+    err = TemplateError(str(message))
+    err.show_location = False
+    raise err
+
+
+__all__ = [
+    "MISSING", "Undefined", "ChainableUndefined", "StrictUndefined", "unsafe_undefined",
+    "is_undefined", "BoundMethod", "Namespace", "Cycler", "Joiner", "LoopContext", "Macro",
+    "LazySequence", "object_type_repr", "TemplateRuntimeError",
+]
+
+
+def pass_environment(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a filter/test/global so that it receives the Environment as its first argument."""
+    function.jinja_pass_arg = "environment"  # type: ignore[attr-defined]
+    return function
+
+
+def wants_environment(function: Any) -> bool:
+    return getattr(function, "jinja_pass_arg", None) == "environment"

@@ -1,0 +1,170 @@
+"""The sandbox: the ONLY place where a template reads attributes or items, or calls anything.
+
+Data model (an allowlist): templates see str, int, float, bool, None, list, tuple, dict (and
+subclasses such as Markup), the engine's own runtime objects (each lists the attributes it
+exposes in ``template_attributes``) and callables the host registered. Methods of the plain
+types come from :data:`methods.METHODS`. Any other host object (only reachable when the
+caller passes one in) gets Jinja2's sandbox rules: no ``_`` names, no function, frame, code or
+generator internals, no mutation in the immutable sandbox.
+
+Lookup order is Jinja2's: ``x.name`` tries the attribute (the method, on plain types) first,
+then the item; ``x[key]`` tries the item first, then the attribute.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import types
+from typing import Any, Optional
+
+from .exceptions import SecurityError
+from .methods import METHODS, MUTATORS, method_table
+from .runtime import (MISSING, BoundMethod, Cycler, Joiner, LazySequence, LoopContext, Macro,
+                      Namespace, Undefined, unsafe_undefined)
+
+_RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence)
+_UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)
+_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom", "cr_frame",
+                                          "cr_code", "cr_await", "ag_code", "ag_frame",
+                                          "ag_await"})
+_MUTABLE_BASES = tuple(MUTATORS)
+_NUMBER_ATTRIBUTES = frozenset({"real", "imag", "numerator", "denominator"})
+
+
+def is_safe_attribute(obj: Any, attribute: str, value: Any) -> bool:
+    """Jinja2's rule for host objects: no private names and no interpreter internals."""
+    if attribute.startswith("_"):
+        return False
+    if isinstance(obj, type) and attribute == "mro":
+        return False
+    if isinstance(obj, _UNSAFE_TYPES):
+        return False
+    if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
+        return attribute not in _UNSAFE_GENERATOR_ATTRIBUTES
+    if isinstance(value, (types.ModuleType,)) or isinstance(obj, types.ModuleType):
+        return False
+    return True
+
+
+class Sandbox:
+    """Attribute/item access and calls for one Environment's settings."""
+
+    __slots__ = ("immutable", "undefined")
+
+    def __init__(self, immutable: bool, undefined: type) -> None:
+        self.immutable = immutable
+        self.undefined = undefined
+
+    # -- attributes ----------------------------------------------------------------------
+    def getattr(self, obj: Any, name: str) -> Any:
+        """``obj.name`` as a template sees it."""
+        value = self._attribute(obj, name)
+        if value is not MISSING:
+            return value
+        value = self._item(obj, name)
+        if value is not MISSING:
+            return value
+        return self.undefined(obj=obj, name=name)
+
+    def getitem(self, obj: Any, key: Any) -> Any:
+        """``obj[key]`` as a template sees it."""
+        value = self._item(obj, key)
+        if value is not MISSING:
+            return value
+        if isinstance(key, str):
+            value = self._attribute(obj, key)
+            if value is not MISSING:
+                return value
+        return self.undefined(obj=obj, name=key)
+
+    def _attribute(self, obj: Any, name: str) -> Any:
+        """The attribute, an unsafe undefined, or MISSING when there is none."""
+        table, base = method_table(obj)
+        if table is not None:
+            function = table.get(name)
+            if function is not None:
+                if self.immutable and base in MUTATORS and name in MUTATORS[base]:
+                    return unsafe_undefined(obj, name, self.undefined)
+                return BoundMethod(function, obj, name)
+            if name in _NUMBER_ATTRIBUTES and base in (int, float):
+                return getattr(obj, name)
+            if name[:1] == "_" and hasattr(obj, name):
+                return unsafe_undefined(obj, name, self.undefined)
+            return MISSING
+        if isinstance(obj, Undefined):
+            return obj._template_getattr(name)
+        if isinstance(obj, (Namespace, *_RUNTIME_TYPES)):
+            # The engine's own objects: private names are refused outright, whether or not
+            # they exist, so their internals can never be probed.
+            if name[:1] == "_":
+                return unsafe_undefined(obj, name, self.undefined)
+            if isinstance(obj, Namespace):
+                return obj._template_getattr(name)
+            if name in type(obj).template_attributes:
+                return getattr(obj, name)
+            return MISSING
+        if obj is None or isinstance(obj, (bool, int, float, complex)):
+            if name in _NUMBER_ATTRIBUTES and obj is not None:
+                return getattr(obj, name)
+            if name[:1] == "_" and hasattr(obj, name):
+                return unsafe_undefined(obj, name, self.undefined)
+            return MISSING
+        return self._host_attribute(obj, name)
+
+    def _host_attribute(self, obj: Any, name: str) -> Any:
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            return MISSING
+        if not is_safe_attribute(obj, name, value):
+            return unsafe_undefined(obj, name, self.undefined)
+        if (self.immutable and isinstance(obj, _MUTABLE_BASES)
+                and any(isinstance(obj, base) and name in names
+                        for base, names in MUTATORS.items())):
+            return unsafe_undefined(obj, name, self.undefined)
+        return value
+
+    def _item(self, obj: Any, key: Any) -> Any:
+        if isinstance(obj, Undefined):
+            return obj._template_getitem(key)
+        if isinstance(obj, Namespace):
+            return obj._template_getitem(key)
+        if isinstance(obj, (dict, list, tuple, str)):
+            try:
+                return obj[key]
+            except (TypeError, LookupError):
+                return MISSING
+        if isinstance(obj, _RUNTIME_TYPES) or obj is None or isinstance(obj, (int, float)):
+            return MISSING
+        try:
+            return obj[key]
+        except (TypeError, LookupError, AttributeError):
+            return MISSING
+
+    # -- calls ---------------------------------------------------------------------------
+    def call(self, function: Any, args: Any, kwargs: Any) -> Any:
+        """Call ``function`` for a template; refuses what Jinja2's sandbox refuses."""
+        if getattr(function, "unsafe_callable", False) or getattr(function, "alters_data", False):
+            raise SecurityError(f"{function!r} is not safely callable")
+        return function(*args, **kwargs)
+
+
+_current: contextvars.ContextVar[Optional[Sandbox]] = contextvars.ContextVar(
+    "minijinja_py_sandbox", default=None)
+_DEFAULT = Sandbox(True, Undefined)
+
+
+def current_sandbox() -> Sandbox:
+    """The sandbox of the render in progress (an immutable default outside a render)."""
+    return _current.get() or _DEFAULT
+
+
+def activate(sandbox: Sandbox) -> contextvars.Token:
+    return _current.set(sandbox)
+
+
+def deactivate(token: contextvars.Token) -> None:
+    _current.reset(token)
+
+
+__all__ = ["Sandbox", "current_sandbox", "is_safe_attribute", "METHODS"]

@@ -1,0 +1,118 @@
+"""Conformance suite: minijinja_py must render every case exactly like Jinja2.
+
+Cases live in conformance/cases/<topic>.json; the expected results were
+produced by conformance/regenerate.py (Jinja2 3.1.6, configured like Hugging
+Face transformers).  One test per case, id "<topic>/<name>".  Jinja2 is not
+imported here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("conformance_caselib", ROOT / "conformance" / "caselib.py")
+caselib = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(caselib)
+
+NOW = datetime.datetime(2025, 7, 10, 12, 0, 0)
+REGENERATE_HINT = "run `python conformance/regenerate.py`"
+
+TOPICS = caselib.load_all_cases()
+EXPECTED = caselib.load_all_expected()
+# Known, documented differences from Jinja2 (README "Differences from Jinja2"): they run and
+# must still fail (strict xfail), so a fixed deviation is noticed and removed from the list.
+DEVIATIONS = json.loads((ROOT / "conformance" / "deviations.json").read_text(encoding="utf-8"))
+
+
+def _param(topic, case):
+    case_id = f"{topic}/{case['name']}"
+    marks = ()
+    if case_id in DEVIATIONS:
+        marks = (pytest.mark.xfail(strict=True, reason=DEVIATIONS[case_id]),)
+    return pytest.param(topic, case, id=case_id, marks=marks)
+
+
+PARAMS = [_param(topic, case) for topic, cases in TOPICS.items() for case in cases]
+
+
+def test_deviations_name_real_cases():
+    known = {f"{topic}/{case['name']}" for topic, cases in TOPICS.items() for case in cases}
+    assert set(DEVIATIONS) <= known
+
+
+def test_expectations_in_sync():
+    """Every case has an up-to-date expectation and every expectation has a case."""
+    problems = []
+    for topic in sorted(set(TOPICS) | set(EXPECTED)):
+        cases = {case["name"]: case for case in TOPICS.get(topic, [])}
+        expected = EXPECTED.get(topic)
+        if expected is None:
+            problems.append(f"{topic}: no conformance/expected/{topic}.json")
+            continue
+        if topic not in TOPICS:
+            problems.append(f"{topic}: expected/{topic}.json has no case file")
+            continue
+        for name in sorted(set(cases) - set(expected)):
+            problems.append(f"{topic}/{name}: case has no expectation")
+        for name in sorted(set(expected) - set(cases)):
+            problems.append(f"{topic}/{name}: expectation has no case")
+        for name in sorted(set(cases) & set(expected)):
+            if expected[name].get("digest") != caselib.case_digest(cases[name]):
+                problems.append(f"{topic}/{name}: case changed since its expectation was generated")
+    assert not problems, f"{REGENERATE_HINT}:\n" + "\n".join(problems)
+
+
+def _render(mj, case):
+    env = mj.chat_environment(now=NOW, **case["options"])
+    return env.from_string(case["template"]).render(**case["context"])
+
+
+@pytest.mark.parametrize("topic, case", PARAMS)
+def test_case(topic, case):
+    expected = EXPECTED.get(topic, {}).get(case["name"])
+    if expected is None:
+        pytest.fail(f"no expectation for {topic}/{case['name']}; {REGENERATE_HINT}")
+    if expected.get("digest") != caselib.case_digest(case):
+        pytest.fail(f"expectation for {topic}/{case['name']} is stale; {REGENERATE_HINT}")
+
+    # Imported lazily so that collection works even when the engine is broken.
+    mj = importlib.import_module("minijinja_py")
+
+    if "output" in expected:
+        try:
+            out = _render(mj, case)
+        except mj.TemplateError as exc:
+            pytest.fail(
+                f"expected output {expected['output']!r}, engine raised "
+                f"{type(exc).__name__}: {exc}"
+            )
+        assert isinstance(out, str), f"render() returned {type(out).__name__}, not str"
+        assert out == expected["output"]
+        return
+
+    error = expected["error"]
+    family_name = caselib.error_family(error["class"])
+    family = getattr(mj, family_name)
+    try:
+        out = _render(mj, case)
+    except mj.TemplateError as exc:
+        assert isinstance(exc, family), (
+            f"Jinja2 raised {error['class']} ({error['message']!r}); engine must raise "
+            f"mj.{family_name}, got {type(exc).__name__}: {exc}"
+        )
+        if error["class"] == "TemplateError":
+            # raise_exception(message): the message must be passed through exactly.
+            assert exc.message == error["message"]
+            assert str(exc) == error["message"]
+    else:
+        pytest.fail(
+            f"expected mj.{family_name} (Jinja2: {error['class']}: {error['message']!r}), "
+            f"engine rendered {out!r}"
+        )
