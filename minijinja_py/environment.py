@@ -9,7 +9,6 @@ configures Jinja2 for chat templates.
 from __future__ import annotations
 
 import datetime as _datetime
-import json
 import random
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -224,21 +223,6 @@ def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int 
 
 
 # ---- transformers' configuration -------------------------------------------------------------
-def transformers_tojson(x: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
-                        separators: Any = None, sort_keys: bool = False) -> str:
-    """transformers' ``tojson``: ``json.dumps`` with these defaults, no HTML escaping."""
-    from .limits import check_string_size, current_limits
-
-    if isinstance(indent, int) and indent > 64:
-        check_string_size(indent * 1_000)
-    try:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-    except RecursionError:
-        raise current_limits().exceeded("max_recursion", "data nested too deeply for tojson"
-                                        ) from None
-
-
 def make_strftime_now(now: Union[None, _datetime.datetime, Callable[[], Any]]
                       ) -> Callable[[str], str]:
     """``strftime_now(format)``: formats ``now`` (a datetime, a callable, or the local clock)."""
@@ -257,13 +241,13 @@ def chat_environment(now: Union[None, _datetime.datetime, Callable[[], Any]] = N
     """An Environment configured exactly like transformers' chat-template environment.
 
     Immutable sandbox, ``trim_blocks`` and ``lstrip_blocks`` on, ``break``/``continue``,
-    ``{% generation %}``, transformers' ``tojson``, and the globals ``raise_exception`` and
-    ``strftime_now`` (formatting ``now``). ``env_options`` override the Environment settings.
+    ``{% generation %}``, transformers' ``tojson`` (the builtin one), and the globals
+    ``raise_exception`` and ``strftime_now`` (formatting ``now``). ``env_options`` override
+    the Environment settings.
     """
     options: Dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True, "immutable": True}
     options.update(env_options)
     env = Environment(**options)
-    env.filters["tojson"] = transformers_tojson
     env.globals["raise_exception"] = raise_template_error
     env.globals["strftime_now"] = make_strftime_now(now)
     return env

@@ -41,14 +41,12 @@ from .runtime import (MISSING, BoundMethod, ChainableUndefined, LazySequence, Un
 # Helpers
 # ---------------------------------------------------------------------------------------------
 
-#: Labels of the LazySequences this module creates from generator functions; Jinja2's
-#: equivalents are generators, so error messages name the type "generator".
-_GENERATOR_LABELS = frozenset({"sync_do_map", "select_or_reject", "sync_do_unique", "do_items",
-                               "sync_do_slice", "do_batch", "do_map"})
-
-
 def _python_type_name(value: Any) -> str:
-    """The type name Jinja2's error messages would show for ``value``."""
+    """The type name Jinja2's error messages would show for ``value``.
+
+    A LazySequence stands for a generator, except the ones ``reverse`` makes, which are
+    labelled with the Python reverse iterator's own type name (``list_reverseiterator``...).
+    """
     if isinstance(value, LazySequence):
         label = getattr(value, "_label", "")
         if label == "reversed" or label.endswith("iterator"):
@@ -153,22 +151,29 @@ def _int_width(value: int) -> int:
 
 
 def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int = 2,
-                        indent: Optional[int] = None, quoted_extra: int = 2) -> int:
+                        indent: Optional[int] = None, ascii_only: bool = False) -> int:
     """A cheap estimate of the text that serialising ``value`` produces, checked as it grows.
 
     Walks lists, tuples, dicts and sets once per distinct object (shared references are
     counted every time they are printed but measured once), refuses nesting deeper than
-    ``Limits.max_recursion`` and totals above ``Limits.max_string_size``.
+    ``Limits.max_recursion`` and totals above ``Limits.max_string_size``. ``ascii_only``
+    counts non-ASCII strings at six characters each (JSON with ``ensure_ascii``).
     """
     limits = current_limits()
     max_depth = limits.max_recursion
     max_size = limits.max_string_size
     memo: Dict[Tuple[int, int], int] = {}
     active: set = set()
+    string_sizes: Dict[int, int] = {}
 
     def leaf(obj: Any) -> int:
         if isinstance(obj, str):
-            return len(obj) + quoted_extra + (8 if isinstance(obj, Markup) else 0)
+            if not ascii_only:
+                return len(obj) + (10 if isinstance(obj, Markup) else 2)
+            size = string_sizes.get(id(obj))
+            if size is None:
+                size = string_sizes[id(obj)] = (len(obj) if obj.isascii() else 6 * len(obj)) + 2
+            return size
         if obj is None or isinstance(obj, bool):
             return 5
         if isinstance(obj, int):
@@ -217,8 +222,12 @@ def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int =
         raise limits.exceeded("max_recursion", f"data nested too deeply for {what}") from None
 
 
-def _check_str_size(value: Any) -> None:
-    """Before ``str(container)``: refuse results that would exceed the limits."""
+def check_str_size(value: Any) -> None:
+    """Before ``str(container)``: refuse results that would exceed the limits.
+
+    A list holding the same long string many times prints far longer than it is big in
+    memory; this refuses (and bounds the nesting of) such values before ``str()`` runs.
+    """
     if isinstance(value, _CONTAINERS):
         _estimate_text_size(value, "str()")
 
@@ -227,7 +236,7 @@ def _text(value: Any) -> str:
     """``soft_str(value)`` (Markup stays Markup) with the container size guard."""
     if isinstance(value, str):
         return value
-    _check_str_size(value)
+    check_str_size(value)
     return str(value)
 
 
@@ -235,7 +244,7 @@ def _plain_str(value: Any) -> str:
     """``str(value)`` (Markup becomes a plain str) with the container size guard."""
     if type(value) is str:
         return value
-    _check_str_size(value)
+    check_str_size(value)
     return str(value)
 
 
@@ -309,6 +318,7 @@ def do_replace(env: Any, s: Any, old: Any, new: Any, count: Optional[int] = None
         if _has_html(old) or (_has_html(new) and not _has_html(s)):
             text = escape(s)
         else:
+            check_str_size(s)
             text = _text(s)
         old, new = _text(old), _text(new)
     # MarkupSafe escapes the replacement (not the searched text) when the subject is Markup.
@@ -419,6 +429,7 @@ def _check_printf_size(template: str, values: Any) -> None:
         total += len(item) if isinstance(item, str) else _estimate_text_size(item, "format")
     index = 0
     sizes: Dict[Tuple[str, bool], int] = {}
+    whole_mapping: List[int] = []  # "%s" % {...} prints the whole mapping
 
     def take() -> Any:
         nonlocal index
@@ -450,7 +461,11 @@ def _check_printf_size(template: str, values: Any) -> None:
                 except Exception:
                     sizes[(key, as_repr)] = 0
             total += sizes[(key, as_repr)]
-        elif key is None:
+        elif mapping is not None:
+            if not whole_mapping:
+                whole_mapping.append(_estimate_text_size(mapping, "format"))
+            total += whole_mapping[0]
+        else:
             take()
         if total > current_limits().max_string_size:
             break
@@ -561,13 +576,13 @@ def do_string(value: Any) -> str:
 
 def do_safe(value: Any) -> Markup:
     """Mark the value as safe HTML (Markup)."""
-    _check_str_size(value)
+    check_str_size(value)
     return Markup(value)
 
 
 def do_escape(value: Any) -> Markup:
     """HTML-escape the value unless it already is Markup."""
-    _check_str_size(value)
+    check_str_size(value)
     return escape(value)
 
 
@@ -619,7 +634,7 @@ def _linkify(text: Any, trim_url_limit: Optional[int], rel: Optional[str],
             return url[:trim_url_limit] + "..."
         return url
 
-    _check_str_size(text)
+    check_str_size(text)
     words = re.split(r"(\s+)", str(escape(text)))
     attributes = ""
     if rel:
@@ -705,7 +720,7 @@ def do_xmlattr(env: Any, d: Any, autospace: bool = True) -> str:
         key, value = pair
         if _ATTR_NAME_BAD_RE.search(key) is not None:
             raise ValueError(f"Invalid character in attribute name: {key!r}")
-        _check_str_size(value)
+        check_str_size(value)
         return f'{escape(key)}="{escape(value)}"'
 
     shown = (pair for pair in _mapping_items(d)
@@ -1188,9 +1203,7 @@ def do_attr(env: Any, obj: Any, name: str) -> Any:
     """
     if not isinstance(name, str):
         raise TypeError(f"attribute name must be string, not {type(name).__name__!r}")
-    if isinstance(obj, GroupTuple) and name in GroupTuple.template_attributes:
-        return getattr(obj, name)
-    value = env.sandbox._attribute(obj, name)
+    value = env.sandbox.attribute(obj, name)
     if value is MISSING:
         return env.undefined(obj=obj, name=name)
     return value
@@ -1221,7 +1234,8 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
             item_sep, key_sep = (len(part) for part in separators)
         except (TypeError, ValueError):
             pass
-    _estimate_text_size(value, "tojson", item_sep, key_sep, indent_width, quoted_extra=2)
+    _estimate_text_size(value, "tojson", item_sep, key_sep, indent_width,
+                        ascii_only=bool(ensure_ascii))
     try:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                           separators=separators, sort_keys=sort_keys, default=_json_default)
@@ -1232,7 +1246,7 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
 def do_pprint(value: Any) -> str:
     """Pretty-print the value (Python's ``pprint.pformat``)."""
     limits = current_limits()
-    _estimate_text_size(value, "pprint", 2, 2, 1, quoted_extra=4)
+    _estimate_text_size(value, "pprint", 2, 2, 1)
     try:
         return _pprint.pformat(value)
     except RecursionError:
@@ -1296,4 +1310,4 @@ FILTERS: Dict[str, Callable[..., Any]] = {
     "xmlattr": do_xmlattr,
 }
 
-__all__ = ["FILTERS", "GroupTuple"]
+__all__ = ["FILTERS", "GroupTuple", "check_str_size"]

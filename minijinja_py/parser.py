@@ -14,18 +14,17 @@ Lark is imported here only, on the first parse.
 from __future__ import annotations
 
 import ast
-import os
 import threading
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import lalr
 from . import nodes as n
 from .exceptions import TemplateSyntaxError
 from .scanner import BLOCK, DATA, LineIndex, Segment, scan
 
-GRAMMAR_FILE = "jinja.lark"
 DEFAULT_MAX_NESTING = 128
-_START_SYMBOLS = ["print_tag", "expr_tag", "for_tag", "set_tag", "macro_tag", "signature_tag",
+START_SYMBOLS = ["print_tag", "expr_tag", "for_tag", "set_tag", "macro_tag", "signature_tag",
                   "filter_tag", "with_tag"]
 
 _TOKEN_NAMES = {
@@ -33,48 +32,43 @@ _TOKEN_NAMES = {
 }
 
 
-def grammar_path() -> str:
-    """Locate ``jinja.lark``: inside the installed package, or ``grammar/`` in a checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "grammar", GRAMMAR_FILE),
-                      os.path.join(os.path.dirname(here), "grammar", GRAMMAR_FILE)):
-        if os.path.exists(candidate):
-            return candidate
-    raise FileNotFoundError(f"minijinja_py grammar file {GRAMMAR_FILE} not found")
+class Token(str):
+    """A token of a tag's interior: its text, plus ``type``, ``line`` and ``column``.
+
+    A str subclass, as Lark's Token is, so the same transformer also runs under Lark.
+    """
+
+    # Lark reads these when it drives the parse (tests compare with Lark's own parser).
+    start_pos = end_pos = end_line = end_column = None
+
+    def __new__(cls, kind: str, value: str, line: int, column: int) -> "Token":
+        token = str.__new__(cls, value)
+        token.type = kind
+        token.line = line
+        token.column = column
+        return token
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"Token({self.type!r}, {str(self)!r})"
 
 
-_lark_parser: Any = None
-_lark_lock = threading.Lock()
+_tables: Any = None
+_tables_lock = threading.Lock()
 _parse_state = threading.local()
 
 
-def _get_lark() -> Any:
-    """Build the LALR parser once per process (thread-safe)."""
-    global _lark_parser
-    if _lark_parser is None:
-        with _lark_lock:
-            if _lark_parser is None:
-                _lark_parser = _build_lark()
-    return _lark_parser
-
-
-def _build_lark() -> Any:
-    from lark import Lark
-    from lark.lexer import Lexer
-
-    class TokenFeed(Lexer):
-        """A Lark lexer that hands over tokens the scanner already made."""
-
-        def __init__(self, lexer_conf: Any) -> None:
-            pass
-
-        def lex(self, tokens: Any, *_: Any) -> Any:  # type: ignore[override]
-            return iter(tokens)
-
-    with open(grammar_path(), encoding="utf-8") as handle:
-        grammar = handle.read()
-    return Lark(grammar, parser="lalr", lexer=TokenFeed, start=_START_SYMBOLS,
-                transformer=_build_transformer(), maybe_placeholders=False)
+def get_tables() -> Any:
+    """The LALR tables compiled from grammar/jinja.lark (loaded once per process)."""
+    global _tables
+    if _tables is None:
+        with _tables_lock:
+            if _tables is None:
+                _tables = lalr.load_tables(START_SYMBOLS)
+    return _tables
 
 
 # ---- the transformer ------------------------------------------------------------------------
@@ -125,8 +119,6 @@ def unescape_string(literal: str, at: Any = None) -> str:
 
 
 def _build_transformer() -> Any:
-    from lark import Token, Transformer, Tree
-
     def is_tok(item: Any, kind: str) -> bool:
         return isinstance(item, Token) and item.type == kind
 
@@ -134,7 +126,9 @@ def _build_transformer() -> Any:
         node.lineno, node.column = _pos(item)
         return node
 
-    class ToAst(Transformer):
+    class ToAst:
+        """Grammar rule (or alias) name -> AST node; called by the LALR driver."""
+
         @property
         def parenthesized(self) -> set:
             # ids of nodes written in parentheses, for the tag being parsed in this thread:
@@ -397,13 +391,6 @@ def _build_transformer() -> Any:
         def pair(self, c):
             return (c[0], c[2])
 
-        def __default__(self, data, children, meta):
-            if data.startswith("_"):
-                # Lark's own helper rules (from `+`, `*`, `[]`): hand back a Tree, which the
-                # parent rule's child filter splices into its children.
-                return Tree(data, children)
-            raise AssertionError(f"grammar rule {data!r} has no AST mapping")
-
     def _chain_filters(items: list) -> Optional[n.Node]:
         node: Optional[n.Node] = None
         for name, args in items:
@@ -472,46 +459,35 @@ class Parser:
         self.segments, self.lines, self.normalised = scan(
             source, trim_blocks=trim_blocks, lstrip_blocks=lstrip_blocks,
             keep_trailing_newline=keep_trailing_newline, name=name, max_nesting=max_nesting)
-        self.lark = _get_lark()
+        self.tables = get_tables()
 
     # -- helpers -------------------------------------------------------------------------
     def error(self, message: str, lineno: int, column: Optional[int]) -> TemplateSyntaxError:
         return TemplateSyntaxError(message, lineno, column, self.name, self.source)
 
-    def _lark_tokens(self, tokens: list) -> list:
-        from lark import Token
-
+    def make_tokens(self, tokens: list) -> List[Token]:
         position = self.lines.position
         result = []
         for kind, value, offset in tokens:
             line, column = position(offset)
-            result.append(Token(kind, value, offset, line, column, line, column + len(value),
-                                offset + len(value)))
+            result.append(Token(kind, value, line, column))
         return result
 
     def parse_tokens(self, tokens: list, start: str, segment: Segment) -> Any:
         """Run the LALR parser over one tag's tokens from the given start symbol."""
-        from lark.exceptions import UnexpectedInput, VisitError
-
         what = "print statement" if start == "print_tag" else "statement block"
         if not tokens:
             line, column = self.lines.position(segment.offset)
             raise self.error(f"Expected an expression, got 'end of {what}'", line, column)
         _parse_state.parenthesized = set()
         try:
-            return self.lark.parse(self._lark_tokens(tokens), start=start)
-        except UnexpectedInput as exc:
-            token = getattr(exc, "token", None)
-            if token is None or token.type == "$END":
+            return lalr.parse(self.tables, self.make_tokens(tokens), start, _TRANSFORMER)
+        except lalr.ParseError as exc:
+            token = exc.token
+            if token is None:
                 line, column = self.lines.position(segment.end)
                 raise self.error(f"unexpected end of {what}", line, column) from None
             raise self.error(f"unexpected {str(token)!r}", token.line, token.column) from None
-        except VisitError as exc:
-            inner = exc.orig_exc
-            if isinstance(inner, TemplateSyntaxError):
-                inner.name, inner.source = self.name, self.source
-                raise inner from None
-            raise
 
     # -- assembly ------------------------------------------------------------------------
     def parse(self) -> n.Template:
@@ -796,4 +772,6 @@ def parse(source: str, *, name: Optional[str] = None, trim_blocks: bool = False,
     return parser.parse()
 
 
-__all__ = ["parse", "Parser", "grammar_path", "unescape_string", "LineIndex"]
+_TRANSFORMER = _build_transformer()
+
+__all__ = ["parse", "Parser", "Token", "unescape_string", "LineIndex", "START_SYMBOLS"]

@@ -111,9 +111,6 @@ class Undefined:
     def __repr__(self) -> str:
         return "Undefined"
 
-    def __html__(self) -> str:
-        return str(self)
-
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
 

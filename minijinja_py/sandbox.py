@@ -58,7 +58,7 @@ class Sandbox:
     # -- attributes ----------------------------------------------------------------------
     def getattr(self, obj: Any, name: str) -> Any:
         """``obj.name`` as a template sees it."""
-        value = self._attribute(obj, name)
+        value = self.attribute(obj, name)
         if value is not MISSING:
             return value
         value = self._item(obj, name)
@@ -72,13 +72,17 @@ class Sandbox:
         if value is not MISSING:
             return value
         if isinstance(key, str):
-            value = self._attribute(obj, key)
+            value = self.attribute(obj, key)
             if value is not MISSING:
                 return value
         return self.undefined(obj=obj, name=key)
 
-    def _attribute(self, obj: Any, name: str) -> Any:
-        """The attribute, an unsafe undefined, or MISSING when there is none."""
+    def attribute(self, obj: Any, name: str) -> Any:
+        """Attribute-only lookup (the ``attr`` filter): the attribute, an unsafe undefined,
+        or MISSING when there is none. Never falls back to items."""
+        exposed = getattr(type(obj), "template_attributes", None)
+        if exposed is not None and name in exposed and isinstance(obj, tuple):
+            return getattr(obj, name)  # e.g. groupby's (grouper, list) pairs
         table, base = method_table(obj)
         if table is not None:
             function = table.get(name)

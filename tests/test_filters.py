@@ -323,7 +323,7 @@ CASES: List[Case] = [
     C("format", "%s", (1, 2)), C("format", "%(a)s", a={"x": 1}), C("format", "%r", "é"),
     C("format", "%*d", 5, 42), C("format", "%.*f", 2, 1.23456), C("format", "plain"),
     C("format", "%(a)s %(a)r", a="q"), C("format", 5), C("format", "%s", U),
-    C("format", "%c", 65), C("format", "%(a)s", 1),
+    C("format", "%s|%s", a=1), C("format", "%c", 65), C("format", "%(a)s", 1),
     C("format", Markup("%x"), 255, _xfail=MARKUP_INDEX),
     C("format", Markup("%(a)s|%(a)r"), a="<"), C("format", Markup("%d%%"), 5),
     C("format", Markup("%.1f"), 2.25), C("format", "%s", Markup("<")),
@@ -422,7 +422,7 @@ CASES: List[Case] = [
     C("selectattr", USERS, "active"), C("rejectattr", USERS, "active"),
     C("selectattr", USERS, "role", "eq", "user"), C("selectattr", USERS, "email", "none"),
     C("rejectattr", USERS, "email", "none"), C("selectattr", USERS, "missing"),
-    C("rejectattr", USERS, "missing"), C("selectattr", USERS), C("selectattr", [], ),
+    C("rejectattr", USERS, "missing"), C("selectattr", USERS), C("selectattr", []),
     C("selectattr", USERS, "f.name", "in", ["p", "r"]), C("selectattr", PAIRS, "1", "odd"),
     C("selectattr", PAIRS, 1, "gt", 1), C("selectattr", USERS, "role", "nosuch"),
     C("rejectattr", USERS, "age", "equalto", 31), C("selectattr", U, "a"),
@@ -721,9 +721,11 @@ def small_limits():
     lambda: FILTERS["format"]("%.20000f", 1.0),
     lambda: FILTERS["format"]("%*s", 20000, "x"),
     lambda: FILTERS["format"]("%(a)s" * 200, a="x" * 100),
+    lambda: FILTERS["format"]("%s%s", a=["x" * 100] * 60),
     lambda: FILTERS["format"]("%s", ["x" * 100] * 200),
     lambda: FILTERS["tojson"](["x" * 100] * 200),
     lambda: FILTERS["tojson"]([1], indent=20_000),
+    lambda: FILTERS["tojson"](["é" * 100] * 20, ensure_ascii=True),
     lambda: FILTERS["tojson"]([[[[1]]]] * 500, indent=10),
     lambda: FILTERS["pprint"](["x" * 100] * 200),
     lambda: FILTERS["string"](["x" * 100] * 200),
@@ -776,6 +778,7 @@ def test_within_limits_still_works(small_limits) -> None:
     assert FILTERS["center"]("x", 9_000).strip() == "x"
     assert len(FILTERS["join"](ENV, ["x" * 100] * 90)) == 9_000
     assert FILTERS["tojson"]({"a": ["x" * 10] * 10}).startswith('{"a": ["xxxxxxxxxx"')
+    assert len(FILTERS["tojson"](["é" * 100] * 20)) < 10_000
     assert FILTERS["format"]("%5s|", "x") == "    x|"
 
 
