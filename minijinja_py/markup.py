@@ -7,15 +7,10 @@ escapes the plain side, ``%`` escapes its arguments, and most str methods return
 
 from __future__ import annotations
 
-import re
 import string
 from typing import Any, Iterable
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "'": "&#39;", '"': "&#34;"})
-_TAG_RE = re.compile(r"<.*?>", re.S)
-_COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
-_ENTITY_RE = re.compile(r"&(#\d+|#[xX][0-9a-fA-F]+|[a-zA-Z]+);")
-_NAMED_ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'", "nbsp": "\xa0"}
 
 
 def escape(value: Any) -> "Markup":
@@ -32,7 +27,7 @@ def soft_str(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-class _EscapeArgument:
+class _MarkupEscapeHelper:
     """Wraps a ``%`` argument so that str()/repr() of it come out escaped."""
 
     __slots__ = ("obj",)
@@ -40,8 +35,8 @@ class _EscapeArgument:
     def __init__(self, obj: Any) -> None:
         self.obj = obj
 
-    def __getitem__(self, key: Any) -> "_EscapeArgument":
-        return _EscapeArgument(self.obj[key])
+    def __getitem__(self, key: Any) -> "_MarkupEscapeHelper":
+        return _MarkupEscapeHelper(self.obj[key])
 
     def __str__(self) -> str:
         return str(escape(self.obj))
@@ -54,9 +49,6 @@ class _EscapeArgument:
 
     def __float__(self) -> float:
         return float(self.obj)
-
-    def __index__(self) -> int:
-        return self.obj.__index__()
 
 
 class Markup(str):
@@ -93,11 +85,11 @@ class Markup(str):
 
     def __mod__(self, arg: Any) -> "Markup":
         if isinstance(arg, tuple):
-            arg = tuple(_EscapeArgument(item) for item in arg)
+            arg = tuple(_MarkupEscapeHelper(item) for item in arg)
         elif hasattr(type(arg), "__getitem__") and not isinstance(arg, str):
-            arg = _EscapeArgument(arg)
+            arg = _MarkupEscapeHelper(arg)
         else:
-            arg = (_EscapeArgument(arg),)
+            arg = (_MarkupEscapeHelper(arg),)
         return self.__class__(str.__mod__(self, arg))
 
     def __repr__(self) -> str:
@@ -116,33 +108,50 @@ class Markup(str):
         return [self.__class__(part) for part in str.splitlines(self, keepends)]
 
     def partition(self, sep: str) -> tuple:  # type: ignore[override]
-        return tuple(self.__class__(part) for part in str.partition(self, escape(sep)))
+        return tuple(self.__class__(part) for part in str.partition(self, sep))
 
     def rpartition(self, sep: str) -> tuple:  # type: ignore[override]
-        return tuple(self.__class__(part) for part in str.rpartition(self, escape(sep)))
+        return tuple(self.__class__(part) for part in str.rpartition(self, sep))
+
+    def replace(self, old: str, new: str, count: Any = -1) -> "Markup":  # type: ignore[override]
+        return self.__class__(str.replace(self, old, escape(new), count))
+
+    def ljust(self, width: Any, fillchar: str = " ") -> "Markup":  # type: ignore[override]
+        return self.__class__(str.ljust(self, width, escape(fillchar)))
+
+    def rjust(self, width: Any, fillchar: str = " ") -> "Markup":  # type: ignore[override]
+        return self.__class__(str.rjust(self, width, escape(fillchar)))
+
+    def center(self, width: Any, fillchar: str = " ") -> "Markup":  # type: ignore[override]
+        return self.__class__(str.center(self, width, escape(fillchar)))
 
     def format(self, *args: Any, **kwargs: Any) -> "Markup":  # type: ignore[override]
         formatter = _EscapeFormatter()
         return self.__class__(formatter.vformat(self, args, kwargs))
 
     def unescape(self) -> str:
-        """Convert entities back to characters."""
-        def replace(match: "re.Match[str]") -> str:
-            name = match.group(1)
-            if name.startswith(("#x", "#X")):
-                return chr(int(name[2:], 16))
-            if name.startswith("#"):
-                return chr(int(name[1:]))
-            return _NAMED_ENTITIES.get(name, match.group(0))
+        """Convert HTML entities back to characters."""
+        from html import unescape
 
-        return _ENTITY_RE.sub(replace, str(self))
+        return unescape(str(self))
 
     def striptags(self) -> str:
-        """Remove tags and comments, collapse whitespace, unescape entities."""
-        value = _COMMENT_RE.sub("", str(self))
-        value = _TAG_RE.sub("", value)
-        value = " ".join(value.split())
-        return self.__class__(value).unescape()
+        """Remove comments and tags, collapse whitespace, unescape entities."""
+        value = _strip_between(str(self), "<!--", "-->")
+        value = _strip_between(value, "<", ">")
+        return self.__class__(" ".join(value.split())).unescape()
+
+
+def _strip_between(value: str, opener: str, closer: str) -> str:
+    """Remove every ``opener ... closer`` span; an unclosed opener stops the scan."""
+    while True:
+        start = value.find(opener)
+        if start == -1:
+            return value
+        end = value.find(closer, start)
+        if end == -1:
+            return value
+        value = value[:start] + value[end + len(closer):]
 
 
 class _EscapeFormatter(string.Formatter):
@@ -153,10 +162,10 @@ class _EscapeFormatter(string.Formatter):
 
 
 def _wrap_method(name: str) -> None:
+    """Methods whose arguments are not text to insert: the result is simply Markup again."""
     original = getattr(str, name)
 
     def method(self: Markup, *args: Any, **kwargs: Any) -> Markup:
-        args = tuple(escape(a) if isinstance(a, str) else a for a in args)
         return self.__class__(original(self, *args, **kwargs))
 
     method.__name__ = name
@@ -164,7 +173,7 @@ def _wrap_method(name: str) -> None:
     setattr(Markup, name, method)
 
 
-for _name in ("__getitem__", "capitalize", "title", "lower", "upper", "replace", "ljust", "rjust",
-              "lstrip", "rstrip", "center", "strip", "translate", "expandtabs", "swapcase",
-              "zfill", "casefold", "removeprefix", "removesuffix"):
+for _name in ("__getitem__", "capitalize", "title", "lower", "upper", "lstrip", "rstrip",
+              "strip", "translate", "expandtabs", "swapcase", "zfill", "casefold",
+              "removeprefix", "removesuffix"):
     _wrap_method(_name)
