@@ -61,7 +61,7 @@ class RenderContext:
     """Per-render state: the environment's settings, counters, the root output, spans."""
 
     __slots__ = ("env", "sandbox", "undefined", "limits", "steps", "max_steps", "depth",
-                 "output_size", "root_out", "spans")
+                 "output_size", "max_output", "root_out", "spans")
 
     def __init__(self, env: Any, root_out: list, track_spans: bool) -> None:
         self.env = env
@@ -71,7 +71,11 @@ class RenderContext:
         self.steps = 0
         self.max_steps = env.limits.max_steps
         self.depth = 0
+        # Characters appended to any output list so far (captured macro output counts again
+        # when re-emitted: an overestimate, which is the safe side). Checked at every step and
+        # before every join, so no piece list can be joined into something over the limit.
         self.output_size = 0
+        self.max_output = env.limits.max_output_size
         self.root_out = root_out
         self.spans: Optional[List[Tuple[int, int]]] = [] if track_spans else None
 
@@ -79,6 +83,13 @@ class RenderContext:
         self.steps += 1
         if self.steps > self.max_steps:
             raise self.limits.exceeded("max_steps", "too many loop iterations and calls")
+        if self.output_size > self.max_output:
+            raise self.limits.exceeded("max_output_size", "rendered output too large")
+
+    def check_output(self) -> None:
+        """Before joining pieces: refuse output over the limit."""
+        if self.output_size > self.max_output:
+            raise self.limits.exceeded("max_output_size", "rendered output too large")
 
     def enter(self) -> None:
         self.depth += 1
@@ -153,18 +164,37 @@ class Compiler:
         self.in_if = 0  # inside an `if`, unknown filters/tests fail at render time (Jinja2)
         self.autoescape = False  # inside `{% autoescape true %}`
         self.outer_refs: FrozenSet[str] = frozenset()  # names enclosing frames know
+        # Names certainly bound in the innermost scope at run time (loop targets, macro
+        # parameters): reading them needs no walk up the scope chain.
+        self.local_names: List[FrozenSet[str]] = [frozenset()]
 
-    def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = ()
-              ) -> Tuple[Stmt, Tuple[str, ...]]:
-        """Compile the body of a new frame; also return the names that start undefined."""
+    def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = (),
+              extra: Tuple[n.Node, ...] = ()) -> Tuple[Stmt, Tuple[str, ...]]:
+        """Compile the body of a new frame; also return the names that start undefined.
+
+        ``extra`` expressions (macro defaults) are compiled in the frame too: call
+        ``self.compiled_extra`` afterwards for them.
+        """
         symbols = analyse_frame(statements, self.outer_refs, declared)
         saved = self.outer_refs
         self.outer_refs = symbols.refs()
+        # Defaults run while the parameters are still being bound: no direct local reads.
+        self.local_names.append(frozenset())
+        try:
+            compiled_extra = [self.expr(e) for e in extra]
+        finally:
+            self.local_names.pop()
+        self.local_names.append(frozenset(declared))
         try:
             body = self.body(statements)
         finally:
             self.outer_refs = saved
+            self.local_names.pop()
+        self.compiled_extra = compiled_extra  # after the body: nested frames overwrite it
         return body, tuple(sorted(symbols.starts_undefined() - set(declared)))
+
+    def is_local(self, name: str) -> bool:
+        return name in self.local_names[-1]
 
     # -- entry points --------------------------------------------------------------------
     def compile_template(self, template: n.Template) -> Tuple[Stmt, Tuple[str, ...]]:
@@ -221,6 +251,21 @@ class Compiler:
 
             return output_text
 
+        if len(items) == 1:
+            expression, expression_node = items[0][1]
+
+            def output_one(scope: Scope, out: list) -> None:
+                value = expression(scope)
+                if type(value) is not str:
+                    try:
+                        value = _to_text(value)
+                    except Exception as exc:
+                        raise _locate(exc, expression_node) from exc
+                out.append(value)
+                scope.ctx.output_size += len(value)
+
+            return output_one
+
         def output(scope: Scope, out: list) -> None:
             size = 0
             for is_text, item in items:
@@ -231,15 +276,12 @@ class Compiler:
                 value = item[0](scope)
                 if type(value) is not str:
                     try:
-                        value = str(value)
+                        value = _to_text(value)
                     except Exception as exc:
                         raise _locate(exc, item[1]) from exc
                 out.append(value)
                 size += len(value)
-            ctx = scope.ctx
-            ctx.output_size += size
-            if ctx.output_size > ctx.limits.max_output_size:
-                raise ctx.limits.exceeded("max_output_size", "rendered output too large")
+            scope.ctx.output_size += size
 
         return output
 
@@ -285,14 +327,23 @@ class Compiler:
         self.in_if += 1
         try:
             for branch in [node] + list(node.elif_):
-                branches.append((self.truth(branch.test), self.body(branch.body)))
+                branches.append((self.expr(branch.test), self.body(branch.body), branch.test))
             else_ = self.body(node.else_) if node.else_ else None
         finally:
             self.in_if -= 1
 
         def if_stmt(scope: Scope, out: list) -> Any:
-            for test, body in branches:
-                if test(scope):
+            for test, body, test_node in branches:
+                value = test(scope)
+                if value is True:
+                    return body(scope, out)
+                if value is False:
+                    continue
+                try:
+                    truth = bool(value)
+                except Exception as exc:
+                    raise _locate(exc, test_node) from exc
+                if truth:
                     return body(scope, out)
             if else_ is not None:
                 return else_(scope, out)
@@ -319,11 +370,24 @@ class Compiler:
         iterable = self.expr(node.iter)
         assign = self.assigner(node.target)
         targets = tuple(t.name for t in _target_names(node.target))
-        body, fresh = self.frame(node.body, targets + ("loop",))
+        # Jinja2 builds `loop` only when the body mentions it (it costs per iteration).
+        uses_loop = node.recursive or any(
+            item.name == "loop" for item in n.Template(node.body).find_all(n.Name))
+        body, fresh = self.frame(node.body, targets + (("loop",) if uses_loop else ()))
         else_, else_fresh = self.frame(node.else_) if node.else_ else (None, ())
-        loop_filter = self.truth(node.test) if node.test is not None else None
+        loop_filter = None
+        if node.test is not None:
+            self.local_names.append(frozenset(targets))  # evaluated with only the targets
+            try:
+                loop_filter = self.truth(node.test)
+            finally:
+                self.local_names.pop()
         recursive = node.recursive
         simple_name = node.target.name if isinstance(node.target, n.NameTarget) else None
+        # One scope object can serve every iteration (cleared each time) unless something in
+        # the body keeps a reference to the scope: a macro or call block defined there.
+        reuse_scope = not any(True for _ in n.Template(node.body).find_all((n.Macro,
+                                                                           n.CallBlock)))
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
             if isinstance(value, Undefined):
@@ -353,19 +417,36 @@ class Compiler:
                     return else_(Scope(_fresh(else_fresh, ctx), scope, ctx), out)
                 return None
             loop = LoopContext(items, depth0, recurse_in(scope) if recursive else None,
-                               ctx.undefined)
+                               ctx.undefined) if uses_loop else None
             completed = False  # Jinja2 runs `else` unless some iteration reached its end
+            shared = Scope({}, scope, ctx) if reuse_scope else None
             for item in items:
                 ctx.steps += 1
-                if ctx.steps > ctx.max_steps:
-                    raise _locate(ctx.limits.exceeded(
-                        "max_steps", "too many loop iterations and calls"), node)
-                loop.index0 += 1
-                if simple_name is not None and not fresh:
+                if ctx.steps > ctx.max_steps or ctx.output_size > ctx.max_output:
+                    try:
+                        ctx.step()
+                    except TemplateError as exc:
+                        raise _locate(exc, node) from None
+                if loop is not None:
+                    loop.index0 += 1
+                if shared is not None:
+                    inner = shared
+                    variables = inner.vars
+                    variables.clear()
+                    if fresh:
+                        variables.update(_fresh(fresh, ctx))
+                    if loop is not None:
+                        variables["loop"] = loop
+                    if simple_name is not None:
+                        variables[simple_name] = item
+                    else:
+                        assign(inner, item)
+                elif simple_name is not None and not fresh and loop is not None:
                     inner = Scope({simple_name: item, "loop": loop}, scope, ctx)
                 else:
                     variables = _fresh(fresh, ctx)
-                    variables["loop"] = loop
+                    if loop is not None:
+                        variables["loop"] = loop
                     inner = Scope(variables, scope, ctx)
                     assign(inner, item)
                 signal = body(inner, out)
@@ -384,6 +465,7 @@ class Compiler:
                 try:
                     buffer: list = []
                     run(scope, buffer, value, depth0)
+                    scope.ctx.check_output()
                     return "".join(buffer)
                 finally:
                     ctx.depth -= 1
@@ -452,6 +534,7 @@ class Compiler:
             signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
             if signal is not None:
                 return signal
+            scope.ctx.check_output()
             value: Any = "".join(buffer)
             if apply_filter is not None:
                 value = apply_filter(scope, value)
@@ -469,6 +552,7 @@ class Compiler:
             signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
             if signal is not None:
                 return signal
+            scope.ctx.check_output()
             value = apply_filter(scope, "".join(buffer))
             try:
                 out.append(str(value))
@@ -505,7 +589,6 @@ class Compiler:
     def macro_factory(self, name: str, params: list, body_nodes: list,
                       caller_macro: bool = False) -> Callable[[Scope], Macro]:
         arg_names = tuple(p for p, _ in params)
-        defaults = [(p, self.expr(d) if d is not None else None) for p, d in params]
         used = _referenced_names(body_nodes)
         catch_kwargs = "kwargs" in used
         catch_varargs = "varargs" in used
@@ -515,7 +598,10 @@ class Compiler:
         specials = tuple(name for name, used_ in (("caller", wants_caller),
                                                   ("kwargs", catch_kwargs),
                                                   ("varargs", catch_varargs)) if used_)
-        body, fresh = self.frame(body_nodes, arg_names + specials)
+        default_nodes = tuple(d for _, d in params if d is not None)
+        body, fresh = self.frame(body_nodes, arg_names + specials, extra=default_nodes)
+        compiled_defaults = iter(self.compiled_extra)
+        defaults = [(p, next(compiled_defaults) if d is not None else None) for p, d in params]
 
         def make(defining_scope: Scope) -> Macro:
             ctx = defining_scope.ctx
@@ -561,6 +647,7 @@ class Compiler:
                 try:
                     buffer: list = []
                     body(scope, buffer)
+                    scope.ctx.check_output()
                     return "".join(buffer)
                 finally:
                     ctx.depth -= 1
@@ -634,6 +721,7 @@ class Compiler:
             signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
             if signal is not None:
                 return signal
+            scope.ctx.check_output()
             text = "".join(buffer)
             ctx = scope.ctx
             if ctx.spans is not None:
@@ -660,6 +748,8 @@ class Compiler:
 
     def e_name(self, node: n.Node) -> Expr:
         name = node.name
+        if self.is_local(name):
+            return lambda scope: scope.vars[name]
 
         def load(scope: Scope) -> Any:
             current: Optional[Scope] = scope
@@ -696,10 +786,12 @@ class Compiler:
         return build_dict
 
     def e_getattr(self, node: n.Node) -> Expr:
-        obj_of = self.expr(node.node)
         name = node.attr
         is_dict_method = name in METHODS[dict]
         sandbox = self.sandbox
+        if isinstance(node.node, n.Name) and not is_dict_method:
+            return self.getattr_of_name(node)
+        obj_of = self.expr(node.node)
 
         def get_attribute(scope: Scope) -> Any:
             obj = obj_of(scope)
@@ -713,6 +805,90 @@ class Compiler:
                 raise _locate(exc, node) from exc
 
         return get_attribute
+
+    def getattr_of_name(self, node: n.Node) -> Expr:
+        """``var.key``, the commonest lookup (``message.role``): one closure, no inner calls."""
+        variable = node.node.name
+        name = node.attr
+        sandbox = self.sandbox
+
+        if self.is_local(variable):
+            def get_attribute_of_local(scope: Scope) -> Any:
+                obj = scope.vars[variable]
+                if type(obj) is dict:
+                    value = obj.get(name, MISSING)
+                    if value is not MISSING:
+                        return value
+                try:
+                    return sandbox.getattr(obj, name)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            return get_attribute_of_local
+
+        def get_attribute_of_name(scope: Scope) -> Any:
+            current: Optional[Scope] = scope
+            while current is not None:
+                obj = current.vars.get(variable, MISSING)
+                if obj is not MISSING:
+                    break
+                current = current.parent
+            else:
+                obj = scope.ctx.undefined(name=variable)
+            if type(obj) is dict:
+                value = obj.get(name, MISSING)
+                if value is not MISSING:
+                    return value
+            try:
+                return sandbox.getattr(obj, name)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return get_attribute_of_name
+
+    def getitem_of_name(self, node: n.Node) -> Expr:
+        """``var['key']`` / ``var[0]`` with a constant key: one closure, no inner calls."""
+        variable = node.node.name
+        key = node.arg.value
+        sandbox = self.sandbox
+
+        if self.is_local(variable):
+            def get_item_of_local(scope: Scope) -> Any:
+                obj = scope.vars[variable]
+                cls = type(obj)
+                if cls is dict or cls is list:
+                    try:
+                        return obj[key]
+                    except (KeyError, IndexError, TypeError):
+                        pass
+                try:
+                    return sandbox.getitem(obj, key)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            return get_item_of_local
+
+        def get_item_of_name(scope: Scope) -> Any:
+            current: Optional[Scope] = scope
+            while current is not None:
+                obj = current.vars.get(variable, MISSING)
+                if obj is not MISSING:
+                    break
+                current = current.parent
+            else:
+                obj = scope.ctx.undefined(name=variable)
+            cls = type(obj)
+            if cls is dict or cls is list:
+                try:
+                    return obj[key]
+                except (KeyError, IndexError, TypeError):
+                    pass
+            try:
+                return sandbox.getitem(obj, key)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return get_item_of_name
 
     def e_getitem(self, node: n.Node) -> Expr:
         obj_of = self.expr(node.node)
@@ -731,6 +907,25 @@ class Compiler:
                     raise _locate(exc, node) from exc
 
             return get_slice
+        if isinstance(node.node, n.Name) and isinstance(node.arg, n.Const):
+            return self.getitem_of_name(node)
+        if isinstance(node.arg, n.Const):
+            constant = node.arg.value
+
+            def get_constant_item(scope: Scope) -> Any:
+                obj = obj_of(scope)
+                cls = type(obj)
+                if cls is dict or cls is list:
+                    try:
+                        return obj[constant]
+                    except (KeyError, IndexError, TypeError):
+                        pass
+                try:
+                    return sandbox.getitem(obj, constant)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            return get_constant_item
         key_of = self.expr(node.arg)
 
         def get_item(scope: Scope) -> Any:
@@ -843,6 +1038,18 @@ class Compiler:
         name = node.name
         pass_env = function is not None and wants_environment(function)
 
+        if not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs) and \
+                function is not None:
+            def apply_without_arguments(scope: Scope, value: Any) -> Any:
+                try:
+                    if pass_env:
+                        return function(env, value)
+                    return function(value)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            return apply_without_arguments
+
         def apply(scope: Scope, value: Any) -> Any:
             positional, keywords = args(scope)
             if function is None:
@@ -869,6 +1076,18 @@ class Compiler:
         negated = node.negated
         name = node.name
         pass_env = function is not None and wants_environment(function)
+
+        if not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs) and \
+                function is not None and not pass_env:
+            def test_without_arguments(scope: Scope) -> bool:
+                value = operand(scope)
+                try:
+                    result = function(value)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+                return (not result) if negated else bool(result)
+
+            return test_without_arguments
 
         def test(scope: Scope) -> bool:
             value = operand(scope)
@@ -934,13 +1153,13 @@ class Compiler:
             current = current.left
         chain.reverse()
         first = self.expr(current)
-        steps = [(self.expr(link.right), link) for link in chain]
+        steps = [(_constant(link.right), self.expr(link.right), link) for link in chain]
         max_fast = 1_000_000
 
         def add(scope: Scope) -> Any:
             value = first(scope)
-            for operand, link in steps:
-                other = operand(scope)
+            for constant, operand, link in steps:
+                other = operand(scope) if constant is MISSING else constant
                 if type(value) is str and type(other) is str and \
                         len(value) + len(other) < max_fast:
                     value = value + other
@@ -959,7 +1178,11 @@ class Compiler:
 
         def concat(scope: Scope) -> str:
             try:
-                return "".join([str(p(scope)) for p in parts])
+                pieces = [_to_text(p(scope)) for p in parts]
+                total = sum(map(len, pieces))
+                if total > 100_000:
+                    check_string_size(total)
+                return "".join(pieces)
             except TemplateError as exc:
                 exc._locate(node.lineno, node.column)
                 raise
@@ -971,6 +1194,32 @@ class Compiler:
     def e_compare(self, node: n.Node) -> Expr:
         first = self.expr(node.expr)
         ops = [(_COMPARE[op], self.expr(operand)) for op, operand, _ in node.ops]
+        if len(node.ops) == 1:
+            op, operand_node, _ = node.ops[0]
+            function = _COMPARE[op]
+            constant = _constant(operand_node)
+            second = ops[0][1]
+            if op == "==" and constant is not MISSING and type(constant) is str:
+                def equals_string(scope: Scope) -> Any:
+                    left = first(scope)
+                    if type(left) is str:
+                        return left == constant
+                    try:
+                        return left == constant
+                    except Exception as exc:
+                        raise _locate(exc, node) from exc
+
+                return equals_string
+
+            def compare_once(scope: Scope) -> Any:
+                left = first(scope)
+                right = second(scope) if constant is MISSING else constant
+                try:
+                    return function(left, right)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            return compare_once
 
         def compare(scope: Scope) -> Any:
             left = first(scope)
@@ -1038,6 +1287,21 @@ class Compiler:
 
     def e_slice(self, node: n.Node) -> Expr:
         raise TemplateSyntaxError("a slice is only allowed inside []", node.lineno, node.column)
+
+
+def _to_text(value: Any) -> str:
+    """``str(value)`` for output and ``~``; containers are size-checked first, since a list
+    holding one long string many times prints far larger than it is in memory."""
+    if type(value) in (list, dict, tuple):
+        from .filters import check_str_size
+
+        check_str_size(value)
+    return str(value)
+
+
+def _constant(node: n.Node) -> Any:
+    """The value of a constant node, or MISSING: lets closures skip calling a constant."""
+    return node.value if isinstance(node, n.Const) else MISSING
 
 
 def _fresh(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any]:

@@ -157,6 +157,7 @@ class Template:
         sandbox_token = _sandbox.activate(env.sandbox)
         try:
             self._root(root, out)
+            ctx.check_output()
             text = "".join(out)
         except TemplateError as exc:
             exc._attach_source(self.name, self.source)
