@@ -68,6 +68,37 @@ def strftime_now(fmt):
     return NOW.strftime(fmt)
 
 
+class TemplateDict:
+    """transformers 5.24's `dict` global: a callable with `fromkeys`, nothing else."""
+
+    def __call__(self, *args, **kwargs):
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args, **kwargs):
+        return dict.fromkeys(*args, **kwargs)
+
+
+class TemplateNamespace(jinja2.utils.Namespace):
+    """transformers 5.24's `namespace`: refuses attribute names starting with '_'."""
+
+    def __init__(*args, **kwargs):
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name, value):
+        TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"namespace attribute names may not start with '_': {name!r}")
+
+
 _ENV_CACHE: dict = {}
 
 
@@ -81,6 +112,8 @@ def make_env(case_options: dict) -> ImmutableSandboxedEnvironment:
         env.filters["tojson"] = tojson
         env.globals["raise_exception"] = raise_exception
         env.globals["strftime_now"] = strftime_now
+        env.globals["dict"] = TemplateDict()
+        env.globals["namespace"] = TemplateNamespace
         _ENV_CACHE[key] = env
     return env
 

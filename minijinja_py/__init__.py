@@ -8,7 +8,10 @@ with a Lark-based interpreter and no Jinja2 at runtime.
 'user: Hi\\n'
 """
 
+from .chat import ChatConfigError, ChatTemplate, RenderResult, apply_chat_template
 from .environment import Environment, Template, chat_environment
+from .gguf import GGUFError
+from .schema import DocstringParsingException, TypeHintParsingException, get_json_schema
 from .exceptions import (FilterArgumentError, LimitExceededError, SecurityError, TemplateError,
                          TemplateRuntimeError, TemplateSyntaxError, UndefinedError)
 from .limits import Limits
@@ -23,4 +26,6 @@ __all__ = [
     "SecurityError", "LimitExceededError", "FilterArgumentError",
     "Undefined", "StrictUndefined", "ChainableUndefined", "Markup", "escape",
     "pass_environment", "__version__",
+    "ChatTemplate", "RenderResult", "apply_chat_template", "ChatConfigError",
+    "get_json_schema", "TypeHintParsingException", "DocstringParsingException", "GGUFError",
 ]

@@ -19,7 +19,8 @@ from .compiler import Compiler, RenderContext, Scope
 from .exceptions import TemplateError, wrap_python_error
 from .limits import Limits
 from .parser import parse
-from .runtime import Cycler, Joiner, Namespace, Undefined, raise_template_error
+from .runtime import (Cycler, GuardedNamespace, Joiner, Namespace, TemplateDict, Undefined,
+                      raise_template_error)
 from .sandbox import Sandbox
 
 _CACHE_SIZE = 400
@@ -242,13 +243,16 @@ def chat_environment(now: Union[None, _datetime.datetime, Callable[[], Any]] = N
     """An Environment configured exactly like transformers' chat-template environment.
 
     Immutable sandbox, ``trim_blocks`` and ``lstrip_blocks`` on, ``break``/``continue``,
-    ``{% generation %}``, transformers' ``tojson`` (the builtin one), and the globals
-    ``raise_exception`` and ``strftime_now`` (formatting ``now``). ``env_options`` override
-    the Environment settings.
+    ``{% generation %}``, transformers' ``tojson`` (the builtin one), the globals
+    ``raise_exception`` and ``strftime_now`` (formatting ``now``), and transformers' own
+    ``dict`` (a callable with ``fromkeys``) and ``namespace`` (no ``_`` names).
+    ``env_options`` override the Environment settings.
     """
     options: Dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True, "immutable": True}
     options.update(env_options)
     env = Environment(**options)
     env.globals["raise_exception"] = raise_template_error
+    env.globals["namespace"] = GuardedNamespace
+    env.globals["dict"] = TemplateDict()
     env.globals["strftime_now"] = make_strftime_now(now)
     return env

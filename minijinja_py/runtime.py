@@ -183,7 +183,7 @@ class Namespace:
 
     __slots__ = ("_attrs",)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, /, *args: Any, **kwargs: Any) -> None:
         self._attrs: Dict[str, Any] = dict(*args, **kwargs)
 
     def _template_getattr(self, name: str) -> Any:
@@ -200,6 +200,47 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<Namespace {self._attrs!r}>"
+
+
+class GuardedNamespace(Namespace):
+    """transformers' ``namespace``: attribute names starting with ``_`` are refused."""
+
+    __slots__ = ()
+
+    def __init__(self, /, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self._attrs:
+            self._refuse_private(name)
+
+    @staticmethod
+    def _refuse_private(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"namespace attribute {name!r} is unsafe: names starting with"
+                                " '_' are not allowed")
+
+    def _template_setattr(self, name: str, value: Any) -> None:
+        self._refuse_private(name)
+        self._attrs[name] = value
+
+
+class TemplateDict:
+    """transformers' ``dict`` global: builds a dict; its only attribute is ``fromkeys``."""
+
+    __slots__ = ()
+    template_attributes = frozenset({"fromkeys"})
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        from .limits import check_collection_size
+
+        keys = list(args[0]) if args else []
+        check_collection_size(len(keys))
+        return dict.fromkeys(keys, *args[1:], **kwargs)
+
+    def __repr__(self) -> str:
+        return "<TemplateDict>"
 
 
 class Cycler:

@@ -20,9 +20,9 @@ from typing import Any, Optional
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
 from .runtime import (MISSING, BoundMethod, Cycler, Joiner, LazySequence, LoopContext, Macro,
-                      Namespace, Undefined, unsafe_undefined)
+                      Namespace, TemplateDict, Undefined, unsafe_undefined)
 
-_RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence)
+_RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence, TemplateDict)
 _UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)
 _UNSAFE_GENERATOR_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom", "cr_frame",
                                           "cr_code", "cr_await", "ag_code", "ag_frame",

@@ -1,0 +1,468 @@
+"""The ``minijinja-py`` command line (also ``python -m minijinja_py``).
+
+``minijinja-py render TEMPLATE_OR_CONFIG`` prints the prompt a chat template makes of a
+conversation (a built-in example when ``--messages`` is not given); ``minijinja-py check
+TEMPLATE_OR_CONFIG`` parses the template(s), shows syntax errors with a caret, and lists the
+variables, message keys and features a template uses. TEMPLATE_OR_CONFIG is a ``.jinja`` file, a
+``tokenizer_config.json``, a model directory or a ``.gguf`` file.
+
+Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON...),
+2 usage error (bad option, missing file). Errors are one message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _datetime
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .analysis import analyze_template
+from .chat import SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, load_chat_config, select_template
+from .exceptions import TemplateError, TemplateSyntaxError
+
+__all__ = ["main", "EXAMPLE_MESSAGES", "EXAMPLE_TOOLS"]
+
+SPAN_OPEN, SPAN_CLOSE = "\u27e6", "\u27e7"  # ⟦ ⟧ mark generation spans with --spans
+
+EXAMPLE_TOOLS: List[Dict[str, Any]] = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city, e.g. Vienna"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"],
+                         "description": "The temperature unit"},
+            },
+            "required": ["city"],
+        },
+    },
+}]
+
+EXAMPLE_MESSAGES: List[Dict[str, Any]] = [
+    {"role": "system", "content": "You are a helpful assistant with access to a weather tool."},
+    {"role": "user", "content": "What's the weather like in Vienna right now?"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call12345", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Vienna", "unit": "celsius"}},
+    }]},
+    {"role": "tool", "tool_call_id": "call12345", "name": "get_weather",
+     "content": "{\"temperature\": 21, \"condition\": \"sunny\"}"},
+    {"role": "assistant", "content": "It is sunny in Vienna, at 21 °C."},
+    {"role": "user", "content": "Great! Should I take an umbrella this evening?"},
+]
+
+# Simpler conversations tried when a template refuses the tool-calling example.
+_FALLBACK_EXAMPLES: List[Tuple[str, List[Dict[str, Any]]]] = [
+    ("a plain conversation", [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What's the capital of Austria?"},
+        {"role": "assistant", "content": "The capital of Austria is Vienna."},
+        {"role": "user", "content": "And its population?"},
+    ]),
+    ("a plain conversation without a system message", [
+        {"role": "user", "content": "What's the capital of Austria?"},
+        {"role": "assistant", "content": "The capital of Austria is Vienna."},
+        {"role": "user", "content": "And its population?"},
+    ]),
+]
+
+_CONVERSATION_VARIABLES = ("messages", "tools", "documents", "add_generation_prompt")
+
+
+class UsageError(Exception):
+    """Bad command-line usage: exit code 2."""
+
+
+class DataError(Exception):
+    """Bad input data or template: exit code 1."""
+
+
+# ---- argument parsing ------------------------------------------------------------------------
+def _build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="minijinja-py",
+        description="Render and check LLM chat templates exactly like transformers' "
+                    "apply_chat_template, without Jinja2 or transformers.")
+    parser.add_argument("--version", action="version", version=f"minijinja-py {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    render = commands.add_parser(
+        "render", help="print the prompt a chat template makes of a conversation",
+        description="Print the prompt TEMPLATE_OR_CONFIG makes of a conversation. Without "
+                    "--messages, a built-in example is rendered (system, user, an assistant tool "
+                    "call, the tool result, the answer, a final user message; one example tool) "
+                    "with a generation prompt.")
+    render.add_argument("template", metavar="TEMPLATE_OR_CONFIG",
+                        help=".jinja file, tokenizer_config.json, model directory or .gguf file")
+    render.add_argument("--messages", metavar="FILE",
+                        help="JSON file ('-' for stdin): a list of messages, or an object with "
+                             "'messages' and optionally tools, documents, add_generation_prompt, "
+                             "continue_final_message and other variables")
+    render.add_argument("--tools", metavar="FILE", help="JSON file with a list of tool schemas")
+    render.add_argument("--documents", metavar="FILE", help="JSON file with a list of documents")
+    render.add_argument("--add-generation-prompt", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="end with the header of a new assistant message (default: off, "
+                             "on for the built-in example)")
+    render.add_argument("--continue-final-message", action="store_true", default=None,
+                        help="end the prompt inside the final message, for the model to "
+                             "continue it")
+    render.add_argument("--continue-field", metavar="FIELD",
+                        help="continue this field of the final message (e.g. reasoning_content);"
+                             " implies --continue-final-message")
+    render.add_argument("--var", action="append", default=[], metavar="KEY=JSON",
+                        help="a template variable, its value in JSON (repeatable): "
+                             "--var enable_thinking=false --var 'bos_token=\"<s>\"'")
+    render.add_argument("--name", metavar="NAME",
+                        help="which named template of the config to use (e.g. tool_use)")
+    render.add_argument("--now", metavar="ISO",
+                        help="the date and time strftime_now() formats, e.g. 2025-07-10T12:00:00"
+                             " (default: now)")
+    render.add_argument("--spans", action="store_true",
+                        help=f"mark the output of {{%% generation %%}} blocks with "
+                             f"{SPAN_OPEN} and {SPAN_CLOSE}")
+    render.add_argument("--json", action="store_true",
+                        help='print {"text": ..., "generation_spans": [[start, end], ...]}')
+
+    check = commands.add_parser(
+        "check", help="parse a template and list what it reads and uses",
+        description="Parse the chat template(s) of TEMPLATE_OR_CONFIG; report syntax errors with "
+                    "line, column and caret; list the variables, message keys and features each "
+                    "template uses. Exit code 0 when every template parses, 1 otherwise.")
+    check.add_argument("template", metavar="TEMPLATE_OR_CONFIG",
+                       help=".jinja file, tokenizer_config.json, model directory or .gguf file")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+# ---- input -----------------------------------------------------------------------------------
+def _load_config(path: str) -> ChatConfig:
+    if not os.path.exists(path):
+        raise UsageError(f"no such file or directory: {path}")
+    try:
+        return load_chat_config(path)
+    except (ValueError, OSError) as exc:
+        raise DataError(str(exc)) from None
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        if path == "-":
+            text = sys.stdin.buffer.read().decode("utf-8")
+            where = "<stdin>"
+        else:
+            with open(path, "rb") as handle:
+                text = handle.read().decode("utf-8")
+            where = path
+    except FileNotFoundError:
+        raise UsageError(f"{what}: no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{what}: {path} is not UTF-8 ({exc.reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{what}: {where} is not valid JSON: {exc}") from None
+
+
+def _parse_var(text: str) -> Tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise UsageError(f"--var {text!r}: expected KEY=JSON, e.g. --var enable_thinking=true")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        raise UsageError(f"--var {key}: {raw!r} is not JSON (write strings in quotes, e.g. "
+                         f"--var '{key}=\"{raw}\"')") from None
+
+
+def _parse_now(text: Optional[str]) -> Optional[_datetime.datetime]:
+    if text is None:
+        return None
+    try:
+        return _datetime.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            return _datetime.datetime.combine(_datetime.date.fromisoformat(text),
+                                              _datetime.time())
+        except ValueError:
+            raise UsageError(f"--now {text!r}: not an ISO date/time such as "
+                             "2025-07-10T12:00:00") from None
+
+
+def _expect_list(value: Any, what: str) -> List[Any]:
+    if not isinstance(value, list):
+        raise DataError(f"{what} must be a JSON list, not {type(value).__name__}")
+    return value
+
+
+# ---- render ----------------------------------------------------------------------------------
+def _mark_spans(text: str, spans: Sequence[Tuple[int, int]]) -> str:
+    """Insert ⟦ at each span start and ⟧ at each span end (nested spans nest the marks)."""
+    inserts: Dict[int, List[str]] = {}
+    for start, end in spans:
+        inserts.setdefault(start, []).append(SPAN_OPEN)
+        # closes go before opens at the same offset, so adjacent spans read ⟦a⟧⟦b⟧
+        inserts.setdefault(end, []).insert(0, SPAN_CLOSE)
+    pieces = []
+    last = 0
+    for offset in sorted(inserts):
+        pieces.append(text[last:offset])
+        closes = [mark for mark in inserts[offset] if mark == SPAN_CLOSE]
+        opens = [mark for mark in inserts[offset] if mark == SPAN_OPEN]
+        pieces.extend(closes + opens)
+        last = offset
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _write(text: str) -> None:
+    out = sys.stdout
+    if out.isatty() and text and not text.endswith("\n"):
+        text += "\n"
+    out.flush()
+    out.buffer.write(text.encode("utf-8"))
+    out.buffer.flush()
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    now = _parse_now(args.now)
+    variables: Dict[str, Any] = {}
+    options: Dict[str, Any] = {}
+    builtin_example = args.messages is None
+    if builtin_example:
+        options = {"messages": EXAMPLE_MESSAGES, "tools": EXAMPLE_TOOLS,
+                   "add_generation_prompt": True}
+    else:
+        data = _read_json(args.messages, "--messages")
+        if isinstance(data, dict):
+            if "messages" not in data:
+                raise DataError("--messages: a JSON object must have a 'messages' list")
+            for key, value in data.items():
+                if key in _CONVERSATION_VARIABLES or key == "continue_final_message":
+                    options[key] = value
+                else:
+                    variables[key] = value
+        else:
+            options["messages"] = data
+        _expect_list(options["messages"], "--messages")
+    if args.tools is not None:
+        options["tools"] = _expect_list(_read_json(args.tools, "--tools"), "--tools")
+    if args.documents is not None:
+        options["documents"] = _expect_list(_read_json(args.documents, "--documents"),
+                                            "--documents")
+    if args.add_generation_prompt is not None:
+        options["add_generation_prompt"] = args.add_generation_prompt
+    if args.continue_field is not None:
+        options["continue_final_message"] = args.continue_field
+    elif args.continue_final_message:
+        options["continue_final_message"] = True
+    if options.get("continue_final_message") and builtin_example \
+            and args.add_generation_prompt is None:
+        options["add_generation_prompt"] = False
+    for item in args.var:
+        key, value = _parse_var(item)
+        if key in _CONVERSATION_VARIABLES or key == "continue_final_message":
+            raise UsageError(f"--var {key}: use the --{key.replace('_', '-')} option instead")
+        variables[key] = value
+
+    config = _load_config(args.template)
+    try:
+        selected, source = select_template(config.templates, name=args.name,
+                                           tools=options.get("tools"))
+        label = config.origin if len(config.templates) == 1 else f"{config.origin} [{selected}]"
+        chat_template = ChatTemplate(source, now=now, name=label,
+                                     special_tokens=config.special_tokens)
+    except TemplateSyntaxError as exc:
+        raise DataError(f"syntax error: {exc}") from None
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+
+    # A bare template file has no tokenizer config: show the special tokens it reads as visible
+    # placeholders rather than letting '' (or an undefined-value error) hide where they go.
+    read = analyze_template(chat_template.template.ast).variables
+    missing = [token for token in SPECIAL_TOKEN_NAMES
+               if token in read and token not in config.special_tokens and token not in variables]
+    if missing:
+        for token in missing:
+            variables[token] = f"<{token}>"
+        example = missing[0]
+        print(f"note: {', '.join(missing)} not set by {config.origin}; shown as "
+              f"{', '.join(f'<{token}>' for token in missing)} (set with --var "
+              f"'{example}=\"...\"')", file=sys.stderr)
+
+    attempts = [("", options)]
+    if builtin_example:
+        attempts += [(label_text, {**options, "messages": messages, "tools": None})
+                     for label_text, messages in _FALLBACK_EXAMPLES]
+    first_error: Optional[BaseException] = None
+    for attempt, (fallback, attempt_options) in enumerate(attempts):
+        try:
+            result = chat_template.render_with_spans(**attempt_options, **variables)
+        except (TemplateError, ValueError, TypeError) as exc:
+            first_error = first_error or exc
+            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError):
+                continue
+            raise DataError(_render_error_message(first_error)) from None
+        if fallback:
+            print(f"note: the template refused the built-in tool-calling example "
+                  f"({_one_line(first_error)}); showing {fallback} instead", file=sys.stderr)
+        break
+
+    if args.json:
+        payload = {"text": result.text,
+                   "generation_spans": [list(span) for span in result.generation_spans]}
+        _write(json.dumps(payload, ensure_ascii=False) + "\n")
+        return 0
+    if args.spans:
+        if "generation" not in chat_template.source:
+            print("note: this template has no {% generation %} blocks, so there is nothing to "
+                  "mark", file=sys.stderr)
+        _write(_mark_spans(result.text, result.generation_spans))
+    else:
+        _write(result.text)
+    return 0
+
+
+def _one_line(exc: Optional[BaseException]) -> str:
+    if exc is None:
+        return ""
+    message = getattr(exc, "message", None) or str(exc)
+    return str(message).splitlines()[0] if str(message) else type(exc).__name__
+
+
+def _render_error_message(exc: Optional[BaseException]) -> str:
+    if isinstance(exc, TemplateError):
+        kind = type(exc).__name__
+        return f"the template raised {kind}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# ---- check -----------------------------------------------------------------------------------
+def _check_one(name: str, source: str, label: str, config: ChatConfig
+               ) -> Tuple[bool, Dict[str, Any]]:
+    try:
+        template = ChatTemplate(source, name=label)
+    except TemplateSyntaxError as exc:
+        return False, {"name": name, "ok": False, "error": str(exc),
+                       "lineno": exc.lineno, "column": exc.column}
+    except TemplateError as exc:
+        return False, {"name": name, "ok": False, "error": str(exc),
+                       "lineno": exc.lineno, "column": exc.column}
+    report: Dict[str, Any] = dict(analyze_template(template.template.ast).as_dict())
+    report["special_tokens"] = {key: value for key, value in config.special_tokens.items()
+                                if key in report["variables"]}
+    return True, {"name": name, "ok": True, **report}
+
+
+def _format_report(entry: Dict[str, Any], config: ChatConfig) -> List[str]:
+    lines = []
+    variables = entry["variables"]
+    conversation = [v for v in variables if v in _CONVERSATION_VARIABLES]
+    tokens = [v for v in variables if v in SPECIAL_TOKEN_NAMES]
+    others = [v for v in variables if v not in _CONVERSATION_VARIABLES
+              and v not in SPECIAL_TOKEN_NAMES]
+
+    def row(title: str, values: Sequence[str]) -> None:
+        lines.append(f"  {title:<17}{', '.join(values) if values else '-'}")
+
+    row("conversation:", conversation)
+    described = []
+    for token in tokens:
+        value = config.special_tokens.get(token)
+        described.append(f"{token}={value!r}" if value is not None else f"{token} (not set)")
+    row("special tokens:", described)
+    row("other variables:", others)
+    row("message keys:", entry["message_keys"])
+    row("statements:", entry["statements"])
+    row("filters:", entry["filters"])
+    row("tests:", entry["tests"])
+    row("globals:", entry["globals"])
+    row("methods:", entry["methods"])
+    row("loop:", entry["loop_attributes"])
+    if others:
+        lines.append(f"  note: pass other variables with --var, e.g. --var {others[0]}=true")
+    if "strftime_now" in entry["globals"]:
+        lines.append("  note: the output depends on the current date (strftime_now); fix it "
+                     "with --now")
+    return lines
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    config = _load_config(args.template)
+    results = []
+    all_ok = True
+    for name in sorted(config.templates, key=lambda item: (item != "default", item)):
+        label = config.origin if len(config.templates) == 1 else f"{config.origin} [{name}]"
+        ok, entry = _check_one(name, config.templates[name], label, config)
+        all_ok = all_ok and ok
+        results.append(entry)
+
+    if args.json:
+        _write(json.dumps({"source": config.origin, "ok": all_ok, "templates": results},
+                          ensure_ascii=False, indent=2) + "\n")
+        return 0 if all_ok else 1
+
+    lines: List[str] = []
+    for entry in results:
+        title = config.origin if len(results) == 1 else f"{config.origin} [{entry['name']}]"
+        if entry["ok"]:
+            lines.append(f"ok: {title} parses")
+            lines.extend(_format_report(entry, config))
+        else:
+            print(f"error: {title}: syntax error: {entry['error']}", file=sys.stderr)
+    if lines:
+        _write("\n".join(lines) + "\n")
+    return 0 if all_ok else 1
+
+
+# ---- entry point -----------------------------------------------------------------------------
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        # help and messages may hold non-ASCII text (⟦, names from templates): never let a
+        # narrow terminal encoding turn them into a traceback
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2)
+        return int(exc.code or 0)
+    try:
+        if args.command == "render":
+            return _cmd_render(args)
+        return _cmd_check(args)
+    except UsageError as exc:
+        print(f"minijinja-py: error: {exc}", file=sys.stderr)
+        return 2
+    except DataError as exc:
+        print(f"minijinja-py: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
