@@ -251,6 +251,8 @@ class Compiler:
 
             return output_text
 
+        if len(items) == 1 and hasattr(items[0][1][0], "output"):
+            return items[0][1][0].output
         if len(items) == 1:
             expression, expression_node = items[0][1]
 
@@ -388,6 +390,12 @@ class Compiler:
         # the body keeps a reference to the scope: a macro or call block defined there.
         reuse_scope = not any(True for _ in n.Template(node.body).find_all((n.Macro,
                                                                            n.CallBlock)))
+        # Without assignments in the body, the iteration scope holds only the target and
+        # `loop`: nothing to clear between iterations.
+        body_assigns = any(True for _ in n.Template(node.body).find_all(
+            (n.Assign, n.AssignBlock, n.Macro)))
+        fast_path = reuse_scope and not body_assigns and simple_name is not None and \
+            else_ is None
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
             if isinstance(value, Undefined):
@@ -418,6 +426,8 @@ class Compiler:
                 return None
             loop = LoopContext(items, depth0, recurse_in(scope) if recursive else None,
                                ctx.undefined) if uses_loop else None
+            if fast_path and not fresh:
+                return run_simple(scope, out, items, loop, ctx)
             completed = False  # Jinja2 runs `else` unless some iteration reached its end
             shared = Scope({}, scope, ctx) if reuse_scope else None
             for item in items:
@@ -456,6 +466,30 @@ class Compiler:
                     break
             if not completed and else_ is not None:
                 return else_(Scope(_fresh(else_fresh, ctx), scope, ctx), out)
+            return None
+
+        def run_simple(scope: Scope, out: list, items: List[Any], loop: Any,
+                       ctx: RenderContext) -> Any:
+            """The common loop: one name, no `else`, no assignments in the body."""
+            ctx.steps += len(items)  # charged up front: one check instead of one per item
+            if ctx.steps > ctx.max_steps:
+                raise _locate(ctx.limits.exceeded(
+                    "max_steps", "too many loop iterations and calls"), node)
+            variables: Dict[str, Any] = {}
+            inner = Scope(variables, scope, ctx)
+            if loop is not None:
+                variables["loop"] = loop
+            max_output = ctx.max_output
+            for item in items:
+                if loop is not None:
+                    loop.index0 += 1
+                variables[simple_name] = item
+                signal = body(inner, out)
+                if signal is BREAK:
+                    break
+                if ctx.output_size > max_output:
+                    raise _locate(ctx.limits.exceeded(
+                        "max_output_size", "rendered output too large"), node)
             return None
 
         def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
@@ -1140,6 +1174,19 @@ class Compiler:
 
         return binop
 
+    def local_lookup(self, node: n.Node) -> Tuple[Optional[str], Any]:
+        """(variable, key) when ``node`` is ``local['key']`` or ``local.key`` on a name bound
+        in the current scope (string key, not a dict method): closures may read it inline,
+        falling back to the node's own closure for anything but a plain dict hit."""
+        if isinstance(node, n.Getitem) and isinstance(node.node, n.Name) and \
+                isinstance(node.arg, n.Const) and type(node.arg.value) is str and \
+                self.is_local(node.node.name):
+            return node.node.name, node.arg.value
+        if isinstance(node, n.Getattr) and isinstance(node.node, n.Name) and \
+                node.attr not in METHODS[dict] and self.is_local(node.node.name):
+            return node.node.name, node.attr
+        return None, None
+
     def add_chain(self, node: n.Node) -> Expr:
         """``a + b + c + ...``: one closure for the whole left-deep chain.
 
@@ -1153,15 +1200,17 @@ class Compiler:
             current = current.left
         chain.reverse()
         first = self.expr(current)
-        steps = [(_constant(link.right), self.expr(link.right), link) for link in chain]
-        max_fast = 1_000_000
+        first_constant = _constant(current)
+        steps = [(_constant(link.right), self.expr(link.right), link) + self.local_lookup(link.right)
+                 for link in chain]
+        count = len(steps)
 
-        def add(scope: Scope) -> Any:
-            value = first(scope)
-            for constant, operand, link in steps:
+        def add_slowly(value: Any, index: int, scope: Scope) -> Any:
+            """Python's `+`, one link at a time from ``index`` on."""
+            for constant, operand, link, _, _ in steps[index:]:
                 other = operand(scope) if constant is MISSING else constant
                 if type(value) is str and type(other) is str and \
-                        len(value) + len(other) < max_fast:
+                        len(value) + len(other) < 1_000_000:
                     value = value + other
                     continue
                 try:
@@ -1171,6 +1220,60 @@ class Compiler:
                     raise _locate(exc, link) from exc
             return value
 
+        def add(scope: Scope) -> Any:
+            value = first(scope) if first_constant is MISSING else first_constant
+            return add_slowly(value, 0, scope)
+
+        def output_sum(scope: Scope, out: list) -> None:
+            """``{{ a + b + ... }}``: while the operands are str (evaluated strictly left to
+            right), they go straight into the output: ``((a + b) + c)`` printed is the same
+            as printing a, b and c. A non-str operand folds what was emitted back into one
+            value and continues with Python's `+`."""
+            start = len(out)
+            value = first(scope) if first_constant is MISSING else first_constant
+            if type(value) is str:
+                out.append(value)
+                size = len(value)
+                variables = scope.vars
+                for index in range(count):
+                    constant, operand, link, variable, key = steps[index]
+                    if constant is not MISSING:
+                        other = constant
+                    elif variable is not None:
+                        # `message['content']` on a loop variable: read it here, no call
+                        obj = variables[variable]
+                        other = obj.get(key, MISSING) if type(obj) is dict else MISSING
+                        if other is MISSING:
+                            other = operand(scope)
+                    else:
+                        other = operand(scope)
+                    if type(other) is str:
+                        out.append(other)
+                        size += len(other)
+                        continue
+                    joined = _join_checked(out[start:])
+                    del out[start:]
+                    try:
+                        _check_binop("+", joined, other)
+                        value = joined + other
+                    except Exception as exc:
+                        raise _locate(exc, link) from exc
+                    value = add_slowly(value, index + 1, scope)
+                    break
+                else:
+                    scope.ctx.output_size += size
+                    return
+            else:
+                value = add_slowly(value, 0, scope)
+            if type(value) is not str:
+                try:
+                    value = _to_text(value)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+            out.append(value)
+            scope.ctx.output_size += len(value)
+
+        add.output = output_sum  # type: ignore[attr-defined]  # used by {{ a + b }}
         return add
 
     def e_concat(self, node: n.Node) -> Expr:
@@ -1287,6 +1390,13 @@ class Compiler:
 
     def e_slice(self, node: n.Node) -> Expr:
         raise TemplateSyntaxError("a slice is only allowed inside []", node.lineno, node.column)
+
+
+def _join_checked(pieces: List[str]) -> str:
+    total = sum(map(len, pieces))
+    if total > 1_000_000:
+        check_string_size(total)
+    return "".join(pieces)
 
 
 def _to_text(value: Any) -> str:
