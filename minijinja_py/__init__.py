@@ -6,26 +6,57 @@ with a Lark-based interpreter and no Jinja2 at runtime.
 >>> env.from_string("{% for m in messages %}{{ m.role }}: {{ m.content }}\\n{% endfor %}").render(
 ...     messages=[{"role": "user", "content": "Hi"}])
 'user: Hi\\n'
+
+Importing the package loads only the exception classes; everything else is imported on first
+use (``import minijinja_py`` stays in the low milliseconds, see benchmarks/).
 """
 
-from .chat import ChatConfigError, ChatTemplate, RenderResult, apply_chat_template
-from .environment import Environment, Template, chat_environment
-from .gguf import GGUFError
-from .schema import DocstringParsingException, TypeHintParsingException, get_json_schema
 from .exceptions import (FilterArgumentError, LimitExceededError, SecurityError, TemplateError,
                          TemplateRuntimeError, TemplateSyntaxError, UndefinedError)
-from .limits import Limits
-from .markup import Markup, escape
-from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
 
 __version__ = "0.1.0"
 
+# public name -> the module that defines it (imported when the name is first used)
+_LAZY = {
+    "Environment": "environment", "Template": "environment", "chat_environment": "environment",
+    "Limits": "limits",
+    "Markup": "markup", "escape": "markup",
+    "Undefined": "runtime", "StrictUndefined": "runtime", "ChainableUndefined": "runtime",
+    "pass_environment": "runtime",
+    "ChatTemplate": "chat", "RenderResult": "chat", "apply_chat_template": "chat",
+    "ChatConfigError": "chat",
+    "get_json_schema": "schema", "TypeHintParsingException": "schema",
+    "DocstringParsingException": "schema",
+    "GGUFError": "gguf",
+}
+
 __all__ = [
-    "Environment", "Template", "chat_environment", "Limits",
     "TemplateError", "TemplateSyntaxError", "TemplateRuntimeError", "UndefinedError",
-    "SecurityError", "LimitExceededError", "FilterArgumentError",
-    "Undefined", "StrictUndefined", "ChainableUndefined", "Markup", "escape",
-    "pass_environment", "__version__",
-    "ChatTemplate", "RenderResult", "apply_chat_template", "ChatConfigError",
-    "get_json_schema", "TypeHintParsingException", "DocstringParsingException", "GGUFError",
+    "SecurityError", "LimitExceededError", "FilterArgumentError", "__version__",
+    *_LAZY,
 ]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
+    from .chat import ChatConfigError, ChatTemplate, RenderResult, apply_chat_template
+    from .environment import Environment, Template, chat_environment
+    from .gguf import GGUFError
+    from .limits import Limits
+    from .markup import Markup, escape
+    from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
+    from .schema import DocstringParsingException, TypeHintParsingException, get_json_schema
+
+
+def __getattr__(name: str) -> object:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'minijinja_py' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module_name}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(__all__)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
@@ -32,8 +34,9 @@ from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undef
 BREAK = "break"
 CONTINUE = "continue"
 
-Expr = Callable[["Scope"], Any]
-Stmt = Callable[["Scope", list], Any]
+if TYPE_CHECKING:  # pragma: no cover
+    Expr = Callable[["Scope"], Any]
+    Stmt = Callable[["Scope", list], Any]
 
 
 class Scope:
@@ -1296,9 +1299,9 @@ class Compiler:
 
     def e_compare(self, node: n.Node) -> Expr:
         first = self.expr(node.expr)
-        ops = [(_COMPARE[op], self.expr(operand)) for op, operand, _ in node.ops]
+        ops = [(_COMPARE[op], self.expr(operand)) for op, operand in node.ops]
         if len(node.ops) == 1:
-            op, operand_node, _ = node.ops[0]
+            op, operand_node = node.ops[0]
             function = _COMPARE[op]
             constant = _constant(operand_node)
             second = ops[0][1]

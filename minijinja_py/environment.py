@@ -8,17 +8,16 @@ configures Jinja2 for chat templates.
 
 from __future__ import annotations
 
-import datetime as _datetime
-import random
-from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    import datetime as _datetime
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import limits as _limits
 from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
 from .exceptions import TemplateError, wrap_python_error
 from .limits import Limits
-from .parser import parse
 from .runtime import (Cycler, GuardedNamespace, Joiner, Namespace, TemplateDict, Undefined,
                       raise_template_error)
 from .sandbox import Sandbox
@@ -48,18 +47,21 @@ class Environment:
 
     def __init__(self, trim_blocks: bool = False, lstrip_blocks: bool = False,
                  keep_trailing_newline: bool = False, undefined: type = Undefined,
-                 immutable: bool = False, limits: Optional[Limits] = None) -> None:
+                 immutable: bool = False, limits: Optional[Limits] = None,
+                 parse_cache: bool = True) -> None:
         self.trim_blocks = trim_blocks
         self.lstrip_blocks = lstrip_blocks
         self.keep_trailing_newline = keep_trailing_newline
         self.undefined = undefined
         self.immutable = immutable
         self.limits = limits if limits is not None else Limits()
+        #: keep parsed templates in the user's cache directory (see diskcache.py)
+        self.parse_cache = parse_cache
         self.sandbox = Sandbox(immutable, undefined)
         self.filters: Dict[str, Callable[..., Any]] = _load_filters()
         self.tests: Dict[str, Callable[..., Any]] = _load_tests()
         self.globals: Dict[str, Any] = default_globals(self)
-        self._cache: "OrderedDict[Tuple[Any, ...], Any]" = OrderedDict()
+        self._cache: Dict[Tuple[Any, ...], Any] = {}  # insertion-ordered: oldest first
 
     # -- templates -----------------------------------------------------------------------
     def from_string(self, source: str, name: Optional[str] = None) -> "Template":
@@ -70,15 +72,12 @@ class Environment:
         if not isinstance(source, str):
             raise TypeError(f"template source must be str, not {type(source).__name__}")
         key = (source, name, self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline)
-        cached = self._cache.get(key)
+        cached = self._cache.pop(key, None)
         if cached is not None:
-            self._cache.move_to_end(key)
+            self._cache[key] = cached  # most recently used goes last
             return cached
         try:
-            ast = parse(source, name=name, trim_blocks=self.trim_blocks,
-                        lstrip_blocks=self.lstrip_blocks,
-                        keep_trailing_newline=self.keep_trailing_newline,
-                        max_nesting=self.limits.max_nesting)
+            ast = self._parse(source, name)
             compiled = Compiler(self).compile_template(ast)  # (root code, fresh names)
         except TemplateError as exc:
             exc._attach_source(name, source)
@@ -87,8 +86,33 @@ class Environment:
             raise self.limits.exceeded("max_nesting", "template nested too deeply") from None
         self._cache[key] = (ast, compiled)
         if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+            del self._cache[next(iter(self._cache))]
         return self._cache[key]
+
+    def _parse(self, source: str, name: Optional[str]) -> Any:
+        """The AST: from the persistent cache when it holds this source, else parsed."""
+        options = (self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline,
+                   self.limits.max_nesting)
+        key = None
+        if self.parse_cache:
+            from . import diskcache
+
+            if diskcache.enabled():
+                key = diskcache.entry_key(source, options, _engine_id())
+                ast = diskcache.load(key)
+                if ast is not None:
+                    return ast
+        from .parser import parse
+
+        ast = parse(source, name=name, trim_blocks=self.trim_blocks,
+                    lstrip_blocks=self.lstrip_blocks,
+                    keep_trailing_newline=self.keep_trailing_newline,
+                    max_nesting=self.limits.max_nesting)
+        if key is not None:
+            from . import diskcache
+
+            diskcache.store(key, ast)
+        return ast
 
     # -- helpers for filters and tests --------------------------------------------------
     def call_filter(self, name: str, value: Any, args: tuple = (),
@@ -120,6 +144,20 @@ class Environment:
     def getitem(self, obj: Any, key: Any) -> Any:
         """``obj[key]`` with the sandbox's rules."""
         return self.sandbox.getitem(obj, key)
+
+
+_ENGINE_ID: Optional[str] = None
+
+
+def _engine_id() -> str:
+    """Version and grammar: a cached AST is only reused by the engine that made it."""
+    global _ENGINE_ID
+    if _ENGINE_ID is None:
+        from . import __version__
+        from .lalr import grammar_checksum, read_grammar
+
+        _ENGINE_ID = f"{__version__}:{grammar_checksum(read_grammar())}"
+    return _ENGINE_ID
 
 
 class Template:
@@ -208,6 +246,8 @@ _LOREM_WORDS = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do e
 
 def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
     """Random lorem-ipsum paragraphs (Jinja2's ``lipsum``)."""
+    import random
+
     from .limits import check_string_size
     from .markup import Markup
 
@@ -232,7 +272,9 @@ def make_strftime_now(now: Union[None, _datetime.datetime, Callable[[], Any]]
     def strftime_now(format: str) -> str:
         moment = now() if callable(now) else now
         if moment is None:
-            moment = _datetime.datetime.now()
+            import datetime
+
+            moment = datetime.datetime.now()
         return moment.strftime(format)
 
     return strftime_now

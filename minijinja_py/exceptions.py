@@ -11,7 +11,9 @@ Raise sites leave the location empty; the evaluator fills in the innermost node'
 
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Optional
 
 __all__ = [
     "TemplateError",

@@ -19,17 +19,12 @@ before building it (see :mod:`minijinja_py.limits`). The public table is :data:`
 
 from __future__ import annotations
 
-import html
 import itertools
-import json
-import math
-import pprint as _pprint
-import random as _random
 import re
-import textwrap
 from collections import abc
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
-from urllib.parse import quote_from_bytes
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .exceptions import FilterArgumentError
 from .limits import check_collection_size, check_string_size, current_limits
@@ -399,6 +394,8 @@ def do_wordwrap(s: Any, width: int = 79, break_long_words: bool = True,
 
     Lines are joined with ``wrapstring`` (default a newline).
     """
+    import textwrap
+
     if wrapstring is None:
         wrapstring = "\n"
     paragraphs = [
@@ -563,6 +560,8 @@ def _drop_tags(text: str) -> str:
 
 def do_striptags(value: Any) -> str:
     """Remove SGML/XML comments and tags, collapse whitespace and decode HTML entities."""
+    import html
+
     if _has_html(value):
         value = value.__html__()
     text = _drop_tags(_drop_comments(_plain_str(value)))
@@ -594,6 +593,8 @@ def do_forceescape(value: Any) -> Markup:
 
 
 def _url_quote(value: Any, for_qs: bool = False) -> str:
+    from urllib.parse import quote_from_bytes
+
     if not isinstance(value, bytes):
         value = _plain_str(value).encode("utf-8")
     quoted = quote_from_bytes(value, b"" if for_qs else b"/")
@@ -787,6 +788,8 @@ def do_float(value: Any, default: float = 0.0) -> float:
 
 def do_round(value: Any, precision: int = 0, method: str = "common") -> float:
     """Round to ``precision`` decimals: ``'common'`` (Python's round), ``'ceil'`` or ``'floor'``."""
+    import math
+
     if method not in {"common", "ceil", "floor"}:
         raise FilterArgumentError("method must be common, ceil or floor")
     if method == "common":
@@ -844,6 +847,8 @@ def do_last(env: Any, seq: Any) -> Any:
 @pass_environment
 def do_random(env: Any, seq: Any) -> Any:
     """A random item, or an undefined value when the sequence is empty."""
+    import random as _random
+
     try:
         return _random.choice(seq)
     except IndexError:
@@ -1220,6 +1225,8 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
     No HTML escaping; undefined values, lazy sequences, namespaces and other non-JSON objects
     are a TypeError; tuples become arrays; the result is a plain string.
     """
+    import json
+
     limits = current_limits()
     indent_width: Optional[int] = None
     if indent is not None:
@@ -1245,6 +1252,8 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
 
 def do_pprint(value: Any) -> str:
     """Pretty-print the value (Python's ``pprint.pformat``)."""
+    import pprint as _pprint
+
     limits = current_limits()
     _estimate_text_size(value, "pprint", 2, 2, 1)
     try:

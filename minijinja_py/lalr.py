@@ -15,13 +15,14 @@ tables are rebuilt in process with Lark, which is the only time Lark is imported
 
 from __future__ import annotations
 
-import json
 import os
 import zlib
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .parser import Token
+    from .parser import Token  # noqa: F811
 
 TABLES_FILE = "_lalr_tables.json"
 FORMAT_VERSION = 1
@@ -128,6 +129,8 @@ class Tables:
 
 def load_tables(start_symbols: List[str]) -> Tables:
     """The shipped tables when they match the grammar; else tables rebuilt with Lark."""
+    import json
+
     grammar = read_grammar()
     checksum = grammar_checksum(grammar)
     try:
@@ -210,6 +213,8 @@ def parse(tables: Tables, tokens: List["Token"], start: str, transformer: Any) -
 def main() -> None:  # pragma: no cover - developer tool
     """Regenerate the shipped tables from the grammar: ``python -m minijinja_py.lalr``."""
     from .parser import START_SYMBOLS
+
+    import json
 
     data = build_tables(read_grammar(), START_SYMBOLS)
     with open(tables_path(), "w", encoding="utf-8") as handle:

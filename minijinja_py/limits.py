@@ -9,38 +9,59 @@ limits in a context variable so that filters and methods (plain functions) can c
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
-from typing import Optional
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Optional
 
 from .exceptions import LimitExceededError
 
 
-@dataclass
 class Limits:
     """Hard limits applied to every render. Set ``Environment(limits=Limits(...))``.
 
     The defaults never fire on real chat templates with large conversations (20,000 messages,
-    a 10 MB message) yet stop runaway templates in seconds.
+    a 10 MB message) yet stop runaway templates in seconds. Fields (keyword arguments):
+
+    - ``max_range`` (100,000): most items ``range()`` may produce (Jinja2's sandbox value).
+    - ``max_output_size`` (200,000,000): most characters the rendered output may have.
+    - ``max_string_size`` (50,000,000): most characters of any single string a template
+      builds (``*``, ``join``, ``replace``, padding methods, ``format`` widths, ``indent``,
+      ``center``, ``tojson(indent=...)``, printing a container).
+    - ``max_collection_size`` (10,000,000): most items of a list/tuple built with ``*``/``+``.
+    - ``max_int_digits`` (4,300): most decimal digits of an integer made by ``**`` or ``*``.
+    - ``max_recursion`` (100): deepest nesting of macro calls, ``caller()`` and recursive
+      loops, and of data that ``tojson``/``pprint``/printing serialise.
+    - ``max_nesting`` (128): deepest nesting of blocks and brackets in the template SOURCE.
+    - ``max_steps`` (20,000,000): most loop iterations plus macro calls in one render.
     """
 
-    #: Most items ``range()`` may produce (Jinja2's sandbox uses the same 100,000).
-    max_range: int = 100_000
-    #: Most characters the whole rendered output may have.
-    max_output_size: int = 200_000_000
-    #: Most characters of any single string a template builds (``*``, ``join``, ``replace``,
-    #: padding methods, ``format`` widths, ``indent``, ``center``, ``tojson(indent=...)``).
-    max_string_size: int = 50_000_000
-    #: Most items of any single list/tuple a template builds with ``*`` or ``+``.
-    max_collection_size: int = 10_000_000
-    #: Most decimal digits of an integer result of ``**`` (or ``*``).
-    max_int_digits: int = 4_300
-    #: Deepest nesting of macro calls, ``caller()`` and recursive loops, and of data that
-    #: ``tojson``/``pprint`` serialise.
-    max_recursion: int = 100
-    #: Deepest nesting of blocks and brackets in the template SOURCE.
-    max_nesting: int = 128
-    #: Most loop iterations plus calls in one render.
-    max_steps: int = 20_000_000
+    FIELDS = ("max_range", "max_output_size", "max_string_size", "max_collection_size",
+              "max_int_digits", "max_recursion", "max_nesting", "max_steps")
+    __slots__ = FIELDS
+
+    def __init__(self, *, max_range: int = 100_000, max_output_size: int = 200_000_000,
+                 max_string_size: int = 50_000_000, max_collection_size: int = 10_000_000,
+                 max_int_digits: int = 4_300, max_recursion: int = 100, max_nesting: int = 128,
+                 max_steps: int = 20_000_000) -> None:
+        self.max_range = max_range
+        self.max_output_size = max_output_size
+        self.max_string_size = max_string_size
+        self.max_collection_size = max_collection_size
+        self.max_int_digits = max_int_digits
+        self.max_recursion = max_recursion
+        self.max_nesting = max_nesting
+        self.max_steps = max_steps
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"Limits({values})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Limits):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def exceeded(self, field: str, detail: str) -> LimitExceededError:
         """The error for a broken limit: says which limit and how to raise it."""

@@ -7,8 +7,9 @@ escapes the plain side, ``%`` escapes its arguments, and most str methods return
 
 from __future__ import annotations
 
-import string
-from typing import Any, Iterable
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Iterable
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "'": "&#39;", '"': "&#34;"})
 
@@ -126,8 +127,9 @@ class Markup(str):
         return self.__class__(str.center(self, width, escape(fillchar)))
 
     def format(self, *args: Any, **kwargs: Any) -> "Markup":  # type: ignore[override]
-        formatter = _EscapeFormatter()
-        return self.__class__(formatter.vformat(self, args, kwargs))
+        from .methods import _str_format  # sandboxed lookups, escaped values
+
+        return _str_format(self, *args, **kwargs)  # type: ignore[return-value]
 
     def unescape(self) -> str:
         """Convert HTML entities back to characters."""
@@ -152,13 +154,6 @@ def _strip_between(value: str, opener: str, closer: str) -> str:
         if end == -1:
             return value
         value = value[:start] + value[end + len(closer):]
-
-
-class _EscapeFormatter(string.Formatter):
-    def format_field(self, value: Any, format_spec: str) -> str:
-        if hasattr(value, "__html_format__"):
-            return value.__html_format__(format_spec)
-        return str(escape(format(value, format_spec)))
 
 
 def _wrap_method(name: str) -> None:

@@ -11,8 +11,9 @@ before building it (see :mod:`limits`).
 
 from __future__ import annotations
 
-import string
-from typing import Any, Callable, Dict
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict
 
 from .limits import check_repeat_size, check_string_size
 
@@ -22,22 +23,41 @@ except ImportError:  # pragma: no cover - other interpreters
     formatter_field_name_split = None
 
 
-class SandboxedFormatter(string.Formatter):
-    """``str.format`` whose ``{0.attr}`` / ``{0[key]}`` lookups go through the sandbox."""
+_FORMATTERS: Dict[bool, Any] = {}
 
-    def __init__(self, sandbox: Any) -> None:
-        self.sandbox = sandbox
 
-    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
-        first, rest = formatter_field_name_split(field_name)
-        obj = self.get_value(first, args, kwargs)
-        for is_attr, key in rest:
-            obj = self.sandbox.getattr(obj, key) if is_attr else self.sandbox.getitem(obj, key)
-        return obj, first
+def _formatter_class(escaping: bool) -> Any:
+    """The sandboxed ``str.format`` formatter (built on first use: ``string`` imports ``re``)."""
+    cls = _FORMATTERS.get(escaping)
+    if cls is not None:
+        return cls
+    import string
 
-    def format_field(self, value: Any, format_spec: str) -> Any:
-        _check_format_spec(format_spec)
-        return format(value, format_spec)
+    class SandboxedFormatter(string.Formatter):
+        """``str.format`` whose ``{0.attr}`` / ``{0[key]}`` lookups go through the sandbox."""
+
+        def __init__(self, sandbox: Any) -> None:
+            self.sandbox = sandbox
+
+        def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+            first, rest = formatter_field_name_split(field_name)
+            obj = self.get_value(first, args, kwargs)
+            for is_attr, key in rest:
+                obj = (self.sandbox.getattr(obj, key) if is_attr
+                       else self.sandbox.getitem(obj, key))
+            return obj, first
+
+        def format_field(self, value: Any, format_spec: str) -> Any:
+            _check_format_spec(format_spec)
+            result = format(value, format_spec)
+            if escaping:  # Markup.format: every substituted value is HTML-escaped
+                from .markup import escape
+
+                result = escape(result)
+            return result
+
+    _FORMATTERS[escaping] = SandboxedFormatter
+    return SandboxedFormatter
 
 
 def _check_format_spec(spec: str) -> None:
@@ -51,22 +71,13 @@ def _check_format_spec(spec: str) -> None:
         check_string_size(int(digits[:12]) if len(digits) <= 12 else 10 ** 12)
 
 
-class SandboxedEscapeFormatter(SandboxedFormatter):
-    """``Markup.format``: sandboxed lookups, and every substituted value HTML-escaped."""
-
-    def format_field(self, value: Any, format_spec: str) -> Any:
-        from .markup import escape
-
-        return escape(super().format_field(value, format_spec))
-
-
 def _str_format(value: str, *args: Any, **kwargs: Any) -> str:
     from .markup import Markup
     from .sandbox import current_sandbox
 
     if isinstance(value, Markup):
-        return Markup(SandboxedEscapeFormatter(current_sandbox()).vformat(value, args, kwargs))
-    return SandboxedFormatter(current_sandbox()).vformat(value, args, kwargs)
+        return Markup(_formatter_class(True)(current_sandbox()).vformat(value, args, kwargs))
+    return _formatter_class(False)(current_sandbox()).vformat(value, args, kwargs)
 
 
 def _str_format_map(value: str, mapping: Any) -> str:

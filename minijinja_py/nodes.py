@@ -6,7 +6,9 @@ and ``column`` of the template text it came from; errors are located with them.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Tuple
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Iterator, List, Tuple
 
 
 class Node:

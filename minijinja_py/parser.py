@@ -13,10 +13,11 @@ Lark is imported here only, on the first parse.
 
 from __future__ import annotations
 
-import ast
-import threading
+import _thread
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, Optional, Tuple
 
 from . import lalr
 from . import nodes as n
@@ -57,8 +58,8 @@ class Token(str):
 
 
 _tables: Any = None
-_tables_lock = threading.Lock()
-_parse_state = threading.local()
+_tables_lock = _thread.allocate_lock()
+_parse_state = _thread._local()
 
 
 def get_tables() -> Any:
@@ -239,7 +240,9 @@ def _build_transformer() -> Any:
             return at(n.Not(c[1]), c[0])
 
         def compare(self, c):
-            return at(n.Compare(c[0], list(c[1:])), c[1][2])
+            # positioned at the first operator: `a < b` fails "at" the `<`
+            node = at(n.Compare(c[0], [(op, right) for op, right, _ in c[1:]]), c[1][2])
+            return node
 
         def comparison(self, c):
             op, token = c[0]

@@ -6,7 +6,9 @@ read is listed in the class's ``template_attributes`` (the sandbox reads nothing
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .exceptions import SecurityError, TemplateRuntimeError, UndefinedError
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextvars
 import types
-from typing import Any, Optional
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Optional
 
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import List, Optional, Tuple
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import List, Optional, Tuple
 
 from .exceptions import TemplateSyntaxError
 
@@ -24,7 +26,8 @@ VAR = "var"
 BLOCK = "block"
 
 # A token is (type, value, offset): offset is into the normalised source.
-Token = Tuple[str, str, int]
+if TYPE_CHECKING:  # pragma: no cover
+    Token = Tuple[str, str, int]
 
 _NEWLINE_RE = re.compile(r"\r\n|\r|\n")
 _TAG_START_RE = re.compile(r"\{([{%#])")

@@ -16,7 +16,9 @@ FrameSymbolVisitor does (nested frames are not entered: they are analysed on the
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, List, Set
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, FrozenSet, Iterable, List, Set
 
 from . import nodes as n
 

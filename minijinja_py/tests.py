@@ -12,7 +12,9 @@ from __future__ import annotations
 import operator
 from collections import abc
 from numbers import Number
-from typing import Any, Callable, Dict
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict
 
 from .runtime import ChainableUndefined, Undefined, pass_environment
 
