@@ -89,6 +89,13 @@ class RenderContext:
         if self.output_size > self.max_output:
             raise self.limits.exceeded("max_output_size", "rendered output too large")
 
+    def charge(self, size: int) -> None:
+        """Building a big string costs steps (one per 256 characters): repeated concatenation such as
+        `{% set ns.s = ns.s ~ x %}` in a loop is quadratic, and must stay bounded too."""
+        self.steps += size >> 8
+        if self.steps > self.max_steps:
+            raise self.limits.exceeded("max_steps", "too much string building")
+
     def check_output(self) -> None:
         """Before joining pieces: refuse output over the limit."""
         if self.output_size > self.max_output:
@@ -1219,6 +1226,8 @@ class Compiler:
                 try:
                     _check_binop("+", value, other)
                     value = value + other
+                    if type(value) is str:
+                        scope.ctx.charge(len(value))
                 except Exception as exc:
                     raise _locate(exc, link) from exc
             return value
@@ -1288,6 +1297,7 @@ class Compiler:
                 total = sum(map(len, pieces))
                 if total > 100_000:
                     check_string_size(total)
+                    scope.ctx.charge(total)
                 return "".join(pieces)
             except TemplateError as exc:
                 exc._locate(node.lineno, node.column)
