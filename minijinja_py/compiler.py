@@ -537,7 +537,11 @@ class Compiler:
                 if not isinstance(namespace, Namespace):
                     raise _locate(TemplateRuntimeError(
                         "cannot assign attribute on non-namespace object"), target)
-                namespace._template_setattr(attr, value)
+                try:
+                    namespace._template_setattr(attr, value)
+                except TemplateError as exc:
+                    exc._locate(target.lineno, target.column)
+                    raise
 
             return assign_nsref
         parts = [self.assigner(item) for item in target.items]

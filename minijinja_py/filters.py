@@ -217,6 +217,65 @@ def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int =
         raise limits.exceeded("max_recursion", f"data nested too deeply for {what}") from None
 
 
+class _NotATree(Exception):
+    """The fast size walk met a shared container or an unusual type: use the full one."""
+
+
+_PLAIN_SCALARS = (int, float, bool, type(None))
+
+
+def _tree_text_size(value: Any, max_depth: int, per_item: int, indent: int,
+                    ascii_only: bool) -> int:
+    """Upper bound of the serialised size of plain JSON-like data that is a tree.
+
+    The common case (messages, tool schemas) in one tight walk; raises :class:`_NotATree`
+    when a container appears twice or a value is not a plain str/number/list/dict, so the
+    caller falls back to the memoised estimate (shared references can print far larger than
+    they are in memory).
+    """
+    seen: set = set()
+
+    def size(obj: Any, depth: int) -> int:
+        cls = type(obj)
+        if cls is str:
+            return (6 * len(obj) if ascii_only and not obj.isascii() else len(obj)) + 2
+        if cls is dict or cls is list or cls is tuple:
+            if depth > max_depth or id(obj) in seen:
+                raise _NotATree
+            seen.add(id(obj))
+            step = per_item + (indent * (depth + 1) + 1 if indent else 0)
+            total = 2
+            if cls is dict:
+                for key, item in obj.items():
+                    total += step + size(key, depth + 1) + size(item, depth + 1)
+            else:
+                for item in obj:
+                    total += step + size(item, depth + 1)
+            return total
+        if cls in _PLAIN_SCALARS:
+            return _int_width(obj) if cls is int else 24
+        raise _NotATree
+
+    try:
+        return size(value, 0)
+    except RecursionError:
+        raise _NotATree from None
+
+
+def _check_serialised_size(value: Any, what: str, item_sep: int = 2, key_sep: int = 2,
+                           indent: Optional[int] = None, ascii_only: bool = False) -> None:
+    """Refuse serialising ``value`` when the text would exceed the limits (fast path first)."""
+    limits = current_limits()
+    try:
+        size = _tree_text_size(value, limits.max_recursion, item_sep + key_sep, indent or 0,
+                               ascii_only)
+    except _NotATree:
+        _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+        return
+    if size > limits.max_string_size:
+        _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+
+
 def check_str_size(value: Any) -> None:
     """Before ``str(container)``: refuse results that would exceed the limits.
 
@@ -224,7 +283,7 @@ def check_str_size(value: Any) -> None:
     memory; this refuses (and bounds the nesting of) such values before ``str()`` runs.
     """
     if isinstance(value, _CONTAINERS):
-        _estimate_text_size(value, "str()")
+        _check_serialised_size(value, "str()")
 
 
 def _text(value: Any) -> str:
@@ -1241,8 +1300,8 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
             item_sep, key_sep = (len(part) for part in separators)
         except (TypeError, ValueError):
             pass
-    _estimate_text_size(value, "tojson", item_sep, key_sep, indent_width,
-                        ascii_only=bool(ensure_ascii))
+    _check_serialised_size(value, "tojson", item_sep, key_sep, indent_width,
+                           ascii_only=bool(ensure_ascii))
     try:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                           separators=separators, sort_keys=sort_keys, default=_json_default)
