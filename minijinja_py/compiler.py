@@ -1240,47 +1240,63 @@ class Compiler:
             value = first(scope) if first_constant is MISSING else first_constant
             return add_slowly(value, 0, scope)
 
+        # The operands for printing: runs of constant strings merged (valid while everything
+        # before them is a str, which is the only time they are used), local lookups marked.
+        operands = [(current, first)] + [(link.right, operand) for _, operand, link, _, _ in steps]
+        parts: List[Tuple[Optional[str], Optional[str], Any, Any, int]] = []
+        for position, (operand_node, operand) in enumerate(operands):
+            constant = _constant(operand_node)
+            if type(constant) is str:
+                if parts and parts[-1][0] is not None:
+                    parts[-1] = (parts[-1][0] + constant,) + parts[-1][1:]
+                else:
+                    parts.append((constant, None, None, None, position))
+                continue
+            variable, key = self.local_lookup(operand_node)
+            parts.append((None, variable, key, operand, position))
+
         def output_sum(scope: Scope, out: list) -> None:
             """``{{ a + b + ... }}``: while the operands are str (evaluated strictly left to
             right), they go straight into the output: ``((a + b) + c)`` printed is the same
             as printing a, b and c. A non-str operand folds what was emitted back into one
             value and continues with Python's `+`."""
             start = len(out)
-            value = first(scope) if first_constant is MISSING else first_constant
-            if type(value) is str:
-                out.append(value)
-                size = len(value)
-                variables = scope.vars
-                for index in range(count):
-                    constant, operand, link, variable, key = steps[index]
-                    if constant is not MISSING:
-                        other = constant
-                    elif variable is not None:
-                        # `message['content']` on a loop variable: read it here, no call
-                        obj = variables[variable]
-                        other = obj.get(key, MISSING) if type(obj) is dict else MISSING
-                        if other is MISSING:
-                            other = operand(scope)
-                    else:
+            append = out.append
+            variables = scope.vars
+            size = 0
+            for text, variable, key, operand, position in parts:
+                if text is not None:
+                    append(text)
+                    size += len(text)
+                    continue
+                if variable is not None:
+                    # `message['content']` on a loop variable: read it here, no call
+                    obj = variables[variable]
+                    other = obj.get(key, MISSING) if type(obj) is dict else MISSING
+                    if other is MISSING:
                         other = operand(scope)
-                    if type(other) is str:
-                        out.append(other)
-                        size += len(other)
-                        continue
+                else:
+                    other = operand(scope)
+                if type(other) is str:
+                    append(other)
+                    size += len(other)
+                    continue
+                if position == 0:
+                    value = add_slowly(other, 0, scope)
+                else:
                     joined = _join_checked(out[start:])
                     del out[start:]
+                    link = steps[position - 1][2]
                     try:
                         _check_binop("+", joined, other)
                         value = joined + other
                     except Exception as exc:
                         raise _locate(exc, link) from exc
-                    value = add_slowly(value, index + 1, scope)
-                    break
-                else:
-                    scope.ctx.output_size += size
-                    return
+                    value = add_slowly(value, position, scope)
+                break
             else:
-                value = add_slowly(value, 0, scope)
+                scope.ctx.output_size += size
+                return
             if type(value) is not str:
                 try:
                     value = _to_text(value)
@@ -1319,6 +1335,24 @@ class Compiler:
             function = _COMPARE[op]
             constant = _constant(operand_node)
             second = ops[0][1]
+            variable, key = self.local_lookup(node.expr)
+            if op in ("==", "!=") and type(constant) is str and variable is not None:
+                negate = op == "!="
+
+                def local_equals_string(scope: Scope) -> Any:
+                    """``message['role'] == 'user'``: read and compare without a call."""
+                    obj = scope.vars[variable]
+                    left = obj.get(key, MISSING) if type(obj) is dict else MISSING
+                    if left is MISSING:
+                        left = first(scope)
+                    if type(left) is str:
+                        return (left != constant) if negate else (left == constant)
+                    try:
+                        return function(left, constant)
+                    except Exception as exc:
+                        raise _locate(exc, node) from exc
+
+                return local_equals_string
             if op == "==" and constant is not MISSING and type(constant) is str:
                 def equals_string(scope: Scope) -> Any:
                     left = first(scope)
@@ -1330,6 +1364,22 @@ class Compiler:
                         raise _locate(exc, node) from exc
 
                 return equals_string
+
+            if op in ("in", "notin"):
+                left_constant = _constant(node.expr)
+                negate = op == "notin"
+
+                def contains(scope: Scope) -> Any:
+                    """``'tool_calls' in message``: no call through an operator function."""
+                    left = first(scope) if left_constant is MISSING else left_constant
+                    right = second(scope) if constant is MISSING else constant
+                    try:
+                        found = left in right
+                    except Exception as exc:
+                        raise _locate(exc, node) from exc
+                    return not found if negate else found
+
+                return contains
 
             def compare_once(scope: Scope) -> Any:
                 left = first(scope)
