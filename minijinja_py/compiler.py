@@ -835,7 +835,9 @@ class Compiler:
 
     def e_getattr(self, node: n.Node) -> Expr:
         name = node.attr
-        is_dict_method = name in METHODS[dict]
+        # private names are never read from a dict first: `{'__class__': 1}.__class__` is the
+        # (unsafe) attribute, as in Jinja2
+        is_dict_method = name in METHODS[dict] or name[:1] == "_"
         sandbox = self.sandbox
         if isinstance(node.node, n.Name) and not is_dict_method:
             return self.getattr_of_name(node)
@@ -1197,7 +1199,8 @@ class Compiler:
                 self.is_local(node.node.name):
             return node.node.name, node.arg.value
         if isinstance(node, n.Getattr) and isinstance(node.node, n.Name) and \
-                node.attr not in METHODS[dict] and self.is_local(node.node.name):
+                node.attr not in METHODS[dict] and node.attr[:1] != "_" and \
+                self.is_local(node.node.name):
             return node.node.name, node.attr
         return None, None
 

@@ -18,8 +18,8 @@ from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
 from .exceptions import TemplateError, wrap_python_error
 from .limits import Limits
-from .runtime import (Cycler, GuardedNamespace, Joiner, Namespace, TemplateDict, Undefined,
-                      raise_template_error)
+from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
+                      TemplateReference, Undefined, raise_template_error)
 from .sandbox import Sandbox
 
 _CACHE_SIZE = 400
@@ -227,12 +227,13 @@ def default_globals(env: Environment) -> Dict[str, Any]:
         return result
 
     return {
-        "range": safe_range,
+        "range": GlobalFunction("range", safe_range),
         "dict": dict,  # the type itself, as in Jinja2 (`dict.fromkeys` works; `_` names don't)
-        "lipsum": generate_lorem_ipsum,
+        "lipsum": GlobalFunction("lipsum", generate_lorem_ipsum),
         "cycler": Cycler,
         "joiner": Joiner,
         "namespace": Namespace,
+        "self": TemplateReference(),
     }
 
 
@@ -293,8 +294,8 @@ def chat_environment(now: Union[None, _datetime.datetime, Callable[[], Any]] = N
     options: Dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True, "immutable": True}
     options.update(env_options)
     env = Environment(**options)
-    env.globals["raise_exception"] = raise_template_error
+    env.globals["raise_exception"] = GlobalFunction("raise_exception", raise_template_error)
     env.globals["namespace"] = GuardedNamespace
     env.globals["dict"] = TemplateDict()
-    env.globals["strftime_now"] = make_strftime_now(now)
+    env.globals["strftime_now"] = GlobalFunction("strftime_now", make_strftime_now(now))
     return env

@@ -419,13 +419,49 @@ class LazySequence:
 
 
 class TemplateReference:
-    """Placeholder so that `self` in templates is undefined-free but inert."""
+    """``self`` in a template, as Jinja2 provides it; inert here (no blocks to call)."""
 
     __slots__ = ()
     template_attributes: frozenset = frozenset()
 
     def __repr__(self) -> str:
-        return "<TemplateReference>"
+        return "<TemplateReference None>"
+
+
+class GlobalFunction:
+    """A builtin global function (``range``, ``raise_exception``...): prints as
+    ``<function name>`` instead of a repr with a memory address, exposes no attributes."""
+
+    __slots__ = ("name", "function")
+    template_attributes: frozenset = frozenset()
+
+    def __init__(self, name: str, function: Callable[..., Any]) -> None:
+        self.name = name
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<function {self.name}>"
+
+
+class HostMethod:
+    """A method of a host object read by a template: callable, printed without an address."""
+
+    __slots__ = ("method", "name", "owner_type")
+    template_attributes: frozenset = frozenset()
+
+    def __init__(self, method: Callable[..., Any], name: str, owner_type: str) -> None:
+        self.method = method
+        self.name = name
+        self.owner_type = owner_type
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<built-in method {self.name} of {self.owner_type} object>"
 
 
 def raise_template_error(message: Any) -> None:

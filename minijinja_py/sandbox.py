@@ -21,10 +21,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
-from .runtime import (MISSING, BoundMethod, Cycler, Joiner, LazySequence, LoopContext, Macro,
-                      Namespace, TemplateDict, Undefined, unsafe_undefined)
+from .runtime import (MISSING, BoundMethod, Cycler, GlobalFunction, HostMethod, Joiner,
+                      LazySequence, LoopContext, Macro, Namespace, TemplateDict,
+                      TemplateReference, Undefined, unsafe_undefined)
 
-_RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence, TemplateDict)
+_RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence, TemplateDict,
+                  GlobalFunction, HostMethod, TemplateReference)
+_METHOD_TYPES = (types.BuiltinMethodType, types.MethodType, types.MethodWrapperType)
 _UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)
 _UNSAFE_GENERATOR_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom", "cr_frame",
                                           "cr_code", "cr_await", "ag_code", "ag_frame",
@@ -98,6 +101,11 @@ class Sandbox:
                 return unsafe_undefined(obj, name, self.undefined)
             return MISSING
         if isinstance(obj, Undefined):
+            if name[:2] == "__":
+                # Jinja2: attributes every object has (`__class__`) are unsafe; other dunder
+                # names are missing, so `undefined.__x` fails as an item lookup does.
+                return (unsafe_undefined(obj, name, self.undefined) if hasattr(obj, name)
+                        else MISSING)
             return obj._template_getattr(name)
         if isinstance(obj, (Namespace, *_RUNTIME_TYPES)):
             # The engine's own objects: private names are refused outright, whether or not
@@ -128,6 +136,8 @@ class Sandbox:
                 and any(isinstance(obj, base) and name in names
                         for base, names in MUTATORS.items())):
             return unsafe_undefined(obj, name, self.undefined)
+        if isinstance(value, _METHOD_TYPES):
+            return HostMethod(value, name, type(obj).__name__)
         return value
 
     def _item(self, obj: Any, key: Any) -> Any:
