@@ -151,10 +151,16 @@ class StrictUndefined(Undefined):
         return self._fail_with_undefined_error()
 
 
+def type_name(obj: Any) -> str:
+    """The type name messages show: the Python type Jinja2 would have there (a global
+    function is a 'function', a lazy map() result a 'generator')."""
+    return getattr(type(obj), "template_type_name", type(obj).__name__)
+
+
 def unsafe_undefined(obj: Any, attribute: Any, undefined: type = Undefined) -> Undefined:
     """The undefined the sandbox returns for a forbidden attribute: using it raises."""
     return undefined(
-        f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe.",
+        f"access to attribute {attribute!r} of {type_name(obj)!r} object is unsafe.",
         obj, attribute, SecurityError)
 
 
@@ -167,6 +173,7 @@ class BoundMethod:
 
     __slots__ = ("function", "owner", "name")
     template_attributes: frozenset = frozenset()
+    template_type_name = "builtin_function_or_method"
 
     def __init__(self, function: Callable[..., Any], owner: Any, name: str) -> None:
         self.function = function
@@ -403,6 +410,7 @@ class LazySequence:
 
     __slots__ = ("_iterator", "_label")
     template_attributes: frozenset = frozenset()
+    template_type_name = "generator"
 
     def __init__(self, iterator: Iterator[Any], label: str) -> None:
         self._iterator = iterator
@@ -434,6 +442,7 @@ class GlobalFunction:
 
     __slots__ = ("name", "function")
     template_attributes: frozenset = frozenset()
+    template_type_name = "function"
 
     def __init__(self, name: str, function: Callable[..., Any]) -> None:
         self.name = name
@@ -451,6 +460,7 @@ class HostMethod:
 
     __slots__ = ("method", "name", "owner_type")
     template_attributes: frozenset = frozenset()
+    template_type_name = "builtin_function_or_method"
 
     def __init__(self, method: Callable[..., Any], name: str, owner_type: str) -> None:
         self.method = method
