@@ -811,14 +811,25 @@ class Compiler:
         return load
 
     def e_tuple(self, node: n.Node) -> Expr:
+        value = _literal_value(node)
+        if value is not MISSING:  # all constants: built once (copied if it holds a list)
+            if any(isinstance(item, (list, dict, tuple)) for item in value):
+                return _fresh_copier(value)
+            return lambda scope: value
         items = [self.expr(item) for item in node.items]
         return lambda scope: tuple([item(scope) for item in items])
 
     def e_list(self, node: n.Node) -> Expr:
+        value = _literal_value(node)
+        if value is not MISSING:
+            return _fresh_copier(value)
         items = [self.expr(item) for item in node.items]
         return lambda scope: [item(scope) for item in items]
 
     def e_dict(self, node: n.Node) -> Expr:
+        value = _literal_value(node)
+        if value is not MISSING:
+            return _fresh_copier(value)
         pairs = [(self.expr(k), self.expr(v), k) for k, v in node.pairs]
 
         def build_dict(scope: Scope) -> dict:
@@ -1477,6 +1488,47 @@ def _to_text(value: Any) -> str:
 
         check_str_size(value)
     return str(value)
+
+
+def _literal_value(node: n.Node) -> Any:
+    """The value of a list/dict/tuple literal made only of constants, or MISSING."""
+    try:
+        if isinstance(node, n.Const):
+            return node.value
+        if isinstance(node, n.TupleLit):
+            items = tuple(_literal_value(item) for item in node.items)
+            return MISSING if MISSING in items else items
+        if isinstance(node, n.ListLit):
+            items = [_literal_value(item) for item in node.items]
+            return MISSING if any(item is MISSING for item in items) else items
+        if isinstance(node, n.DictLit):
+            pairs = [(_literal_value(k), _literal_value(v)) for k, v in node.pairs]
+            if any(k is MISSING or v is MISSING for k, v in pairs):
+                return MISSING
+            return dict(pairs)  # an unhashable key raises here: built at render time instead
+    except TypeError:
+        return MISSING
+    return MISSING
+
+
+def _fresh_copier(value: Any) -> Expr:
+    """Each evaluation gets its own copy: templates may mutate a list or dict they built."""
+    if isinstance(value, list) and not any(isinstance(item, (list, dict)) for item in value):
+        return lambda scope: list(value)
+    if isinstance(value, dict) and not any(isinstance(item, (list, dict))
+                                           for item in value.values()):
+        return lambda scope: dict(value)
+
+    def copy(item: Any) -> Any:
+        if type(item) is list:
+            return [copy(element) for element in item]
+        if type(item) is dict:
+            return {key: copy(element) for key, element in item.items()}
+        if type(item) is tuple:
+            return tuple(copy(element) for element in item)
+        return item
+
+    return lambda scope: copy(value)
 
 
 def _constant(node: n.Node) -> Any:
