@@ -11,8 +11,9 @@ Importing the package loads only the exception classes; everything else is impor
 use (``import minijinja_py`` stays in the low milliseconds, see benchmarks/).
 """
 
-from .exceptions import (FilterArgumentError, LimitExceededError, SecurityError, TemplateError,
-                         TemplateRuntimeError, TemplateSyntaxError, UndefinedError)
+from .exceptions import (FilterArgumentError, LimitExceededError, SecurityError,
+                         SourceTooLargeError, TemplateError, TemplateRuntimeError,
+                         TemplateSyntaxError, UndefinedError)
 
 __version__ = "0.1.0"
 
@@ -32,7 +33,8 @@ _LAZY = {
 
 __all__ = [
     "TemplateError", "TemplateSyntaxError", "TemplateRuntimeError", "UndefinedError",
-    "SecurityError", "LimitExceededError", "FilterArgumentError", "__version__",
+    "SecurityError", "LimitExceededError", "SourceTooLargeError", "FilterArgumentError",
+    "__version__",
     *_LAZY,
 ]
 

@@ -71,6 +71,8 @@ class Environment:
     def _compile(self, source: str, name: Optional[str]) -> Callable[..., Any]:
         if not isinstance(source, str):
             raise TypeError(f"template source must be str, not {type(source).__name__}")
+        if len(source) > self.limits.max_source_size:
+            raise _source_too_large(source, name, self.limits.max_source_size)
         key = (source, name, self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline)
         cached = self._cache.pop(key, None)
         if cached is not None:
@@ -144,6 +146,17 @@ class Environment:
     def getitem(self, obj: Any, key: Any) -> Any:
         """``obj[key]`` with the sandbox's rules."""
         return self.sandbox.getitem(obj, key)
+
+
+def _source_too_large(source: str, name: Optional[str], limit: int) -> Exception:
+    from .exceptions import SourceTooLargeError
+
+    line = source.count("\n", 0, limit) + 1
+    column = limit - (source.rfind("\n", 0, limit) + 1) + 1
+    return SourceTooLargeError(
+        f"template source of {len(source):,} characters refused (limit "
+        f"Limits.max_source_size={limit:,}; raise it with Environment(limits=Limits("
+        "max_source_size=...)) if this template is trusted)", line, column, name, source)
 
 
 _ENGINE_ID: Optional[str] = None

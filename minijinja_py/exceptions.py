@@ -22,6 +22,7 @@ __all__ = [
     "UndefinedError",
     "SecurityError",
     "LimitExceededError",
+    "SourceTooLargeError",
     "FilterArgumentError",
     "TemplateTypeError",
     "TemplateValueError",
@@ -101,6 +102,12 @@ class SecurityError(TemplateRuntimeError):
 
 class LimitExceededError(SecurityError):
     """A resource limit of :class:`minijinja_py.Limits` was exceeded."""
+
+
+class SourceTooLargeError(TemplateSyntaxError, LimitExceededError):
+    """The template source is longer than ``Limits.max_source_size``: refused before parsing.
+
+    Both a syntax error (the template cannot be used) and a limit error."""
 
 
 class FilterArgumentError(TemplateRuntimeError):

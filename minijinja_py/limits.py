@@ -32,17 +32,19 @@ class Limits:
     - ``max_recursion`` (100): deepest nesting of macro calls, ``caller()`` and recursive
       loops, and of data that ``tojson``/``pprint``/printing serialise.
     - ``max_nesting`` (128): deepest nesting of blocks and brackets in the template SOURCE.
+    - ``max_source_size`` (2,000,000): most characters of template source (real chat templates
+      are under 100 KB; parsing megabytes of hostile source would take seconds).
     - ``max_steps`` (20,000,000): most loop iterations plus macro calls in one render.
     """
 
     FIELDS = ("max_range", "max_output_size", "max_string_size", "max_collection_size",
-              "max_int_digits", "max_recursion", "max_nesting", "max_steps")
+              "max_int_digits", "max_recursion", "max_nesting", "max_steps", "max_source_size")
     __slots__ = FIELDS
 
     def __init__(self, *, max_range: int = 100_000, max_output_size: int = 200_000_000,
                  max_string_size: int = 50_000_000, max_collection_size: int = 10_000_000,
                  max_int_digits: int = 4_300, max_recursion: int = 100, max_nesting: int = 128,
-                 max_steps: int = 20_000_000) -> None:
+                 max_steps: int = 20_000_000, max_source_size: int = 2_000_000) -> None:
         self.max_range = max_range
         self.max_output_size = max_output_size
         self.max_string_size = max_string_size
@@ -51,6 +53,7 @@ class Limits:
         self.max_recursion = max_recursion
         self.max_nesting = max_nesting
         self.max_steps = max_steps
+        self.max_source_size = max_source_size
 
     def __repr__(self) -> str:
         values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)

@@ -196,15 +196,15 @@ def _build_transformer() -> Any:
         def params(self, c):
             params = [item for item in c if isinstance(item, tuple)]
             seen_default = False
-            for name, default in params:
+            for name, default, token in params:
                 if default is not None:
                     seen_default = True
                 elif seen_default:
-                    raise _syntax_error("non-default argument follows default argument", c[0])
-            return params
+                    raise _syntax_error("non-default argument follows default argument", token)
+            return [(name, default) for name, default, _ in params]
 
         def param(self, c):
-            return (str(c[0]), c[2] if len(c) > 2 else None)
+            return (str(c[0]), c[2] if len(c) > 2 else None, c[0])
 
         def with_assign(self, c):
             return (c[0], c[2])
@@ -447,7 +447,8 @@ class _Open:
         middles, closer = _BLOCKS[self.tag]
         if self.middle == "else":
             return (closer,)
-        return middles + (closer,)
+        # Jinja2's own order: `for` looks for endfor/else, `if` for elif/else/endif
+        return (closer,) + middles if self.tag == "for" else middles + (closer,)
 
 
 class Parser:
@@ -570,7 +571,7 @@ class Parser:
         if top.tag in _BLOCKS:
             middles, closer = _BLOCKS[top.tag]
             if tag == closer:
-                self._expect_end(rest, tag, segment)
+                self._expect_end(rest, tag, segment, top)
                 stack.pop()
                 node = self._close(top)
                 stack[-1].body.append(node)
@@ -589,8 +590,12 @@ class Parser:
             raise self._unknown_tag(tag, stack, line, column)
         handler(self, rest, segment, stack, line, column)
 
-    def _expect_end(self, rest: list, tag: str, segment: Segment) -> None:
-        if rest and not (tag == "endblock" and len(rest) == 1 and rest[0][0] == "NAME"):
+    def _expect_end(self, rest: list, tag: str, segment: Segment,
+                    block: Optional["_Open"] = None) -> None:
+        if (rest and tag == "endblock" and len(rest) == 1 and rest[0][0] == "NAME"
+                and block is not None and rest[0][1] == block.head):
+            return
+        if rest:
             line, column = self.lines.position(rest[0][2])
             raise self.error(f"expected token 'end of statement block', got {rest[0][1]!r}",
                              line, column)
@@ -606,6 +611,19 @@ class Parser:
         self._open(stack, "if", self.parse_tokens(rest, "expr_tag", segment), line, column)
 
     def _stmt_for(self, rest, segment, stack, line, column):
+        depth = 0
+        for index, (kind, _, offset) in enumerate(rest):
+            depth += kind in ("LPAR", "LBRACKET", "LBRACE")
+            depth -= kind in ("RPAR", "RBRACKET", "RBRACE")
+            if kind == "IN" and depth == 0:
+                if index and rest[index - 1][0] == "COMMA":
+                    # Jinja2 reads `for a, in x` as `for (a, in) ...`: a syntax error
+                    after = rest[index + 1] if index + 1 < len(rest) else None
+                    got = repr(after[1]) if after else "'end of statement block'"
+                    at = after[2] if after else offset
+                    raise self.error(f"expected token 'in', got {got}",
+                                     *self.lines.position(at))
+                break
         head = self.parse_tokens(rest, "for_tag", segment)
         if any(isinstance(t, n.NSRef) for t in _targets(head[1])):
             raise self.error("can't assign to namespace attribute in a for loop", line, column)
@@ -679,6 +697,12 @@ class Parser:
         make = _CLOSERS[block.tag]
         node = make(block)
         node.lineno, node.column = block.lineno, block.column
+        # filters of `{% filter %}` / `{% set x | f %}` heads: located at their tag
+        chain = getattr(node, "filter", None)
+        while isinstance(chain, n.Filter):
+            if not chain.lineno:
+                chain.lineno, chain.column = block.lineno, block.column
+            chain = chain.node
         return node
 
 

@@ -176,6 +176,8 @@ class Scanner:
 
     def _scan_raw(self, raw: "re.Match[str]", segments: List[Segment]) -> Tuple[int, bool]:
         body_start = raw.end()
+        if body_start == len(self.source):
+            return body_start, False  # Jinja2 drops a raw tag that ends the source
         end = self._endraw_re.search(self.source, body_start)
         if end is None:
             raise self.error("Missing end of raw directive", raw.start())
@@ -189,6 +191,8 @@ class Scanner:
         return end.end(), end.group(0).endswith("\n")
 
     def _scan_comment(self, start: int, body_start: int) -> Tuple[int, bool]:
+        if body_start == len(self.source):
+            return body_start, False  # Jinja2 drops a comment opener that ends the source
         end = self._comment_end_re.search(self.source, body_start)
         if end is None:
             raise self.error("Missing end of comment tag", start)

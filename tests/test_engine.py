@@ -43,7 +43,7 @@ def test_nesting_message_names_the_open_block() -> None:
         mj.Template("{% if a %}{% for x in y %}{% endif %}")
     assert info.value.message == (
         "Encountered unknown tag 'endif'. You probably made a nesting mistake. Jinja is "
-        "expecting this tag, but currently looking for 'else' or 'endfor'. The innermost block "
+        "expecting this tag, but currently looking for 'endfor' or 'else'. The innermost block "
         "that needs to be closed is 'for'.")
 
 
@@ -144,3 +144,14 @@ def test_include_and_import_fail_cleanly_at_runtime() -> None:
     assert tmpl.render() == "ok"
     with pytest.raises(mj.TemplateRuntimeError):
         render("{% include 'x' %}")
+
+
+def test_source_size_limit_refuses_before_parsing() -> None:
+    source = "ab\n" * 700_000  # 2.1 million characters
+    with pytest.raises(mj.TemplateSyntaxError) as info:
+        mj.chat_environment().from_string(source)
+    assert isinstance(info.value, mj.LimitExceededError)
+    assert "Limits.max_source_size" in info.value.message
+    assert info.value.lineno == 666_667 and info.value.column is not None
+    env = mj.Environment(limits=mj.Limits(max_source_size=3_000_000))
+    assert env.from_string(source).render() == source[:-1]
