@@ -409,7 +409,11 @@ class Compiler:
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
             if isinstance(value, Undefined):
-                iter(value)  # StrictUndefined raises here
+                try:
+                    iter(value)  # StrictUndefined raises here
+                except TemplateError as exc:
+                    exc._locate(node.iter.lineno, node.iter.column)
+                    raise
                 return []
             try:
                 items = list(value.keys()) if type(value) is dict else list(value)
@@ -838,7 +842,7 @@ class Compiler:
                 k = key(scope)
                 try:
                     result[k] = value(scope)
-                except TypeError as exc:  # unhashable key
+                except Exception as exc:  # unhashable key (or a StrictUndefined one)
                     raise _locate(exc, key_node) from exc
             return result
 
@@ -1000,6 +1004,9 @@ class Compiler:
                     return obj[key]
                 except (KeyError, TypeError):
                     pass
+                except TemplateError as exc:  # a StrictUndefined key refuses to hash
+                    exc._locate(node.lineno, node.column)
+                    raise
             elif type(obj) is list and type(key) is int:
                 try:
                     return obj[key]

@@ -410,6 +410,10 @@ def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) 
     if isinstance(s, Markup):
         pad = Markup(pad)
         newline = Markup(newline)
+    if isinstance(s, list):
+        # Jinja2's `s += newline` extends the caller's list in place before failing on
+        # splitlines: fail the same way without touching the data
+        raise AttributeError("'list' object has no attribute 'splitlines'")
     s += newline  # so that a trailing newline keeps its (empty) last line
     lines = s.splitlines()
     if pad:

@@ -187,8 +187,15 @@ def parse(tables: Tables, tokens: List["Token"], start: str, transformer: Any) -
             else:
                 args = []
             if expand:
-                children: List[Any] = []
-                for index, arg in enumerate(args):
+                # A `_rule` value is a list this driver made and nobody else holds: grow the
+                # first one in place, so long repetitions (`[a, b, c, ...]`) stay linear.
+                if expand[0] == 0:
+                    children = args[0]
+                    rest = enumerate(args[1:], 1)
+                else:
+                    children = []
+                    rest = enumerate(args)
+                for index, arg in rest:
                     if index in expand:
                         children.extend(arg)
                     else:
