@@ -92,7 +92,7 @@ def loads(data: bytes) -> "Optional[n.Template]":
         return None
     try:
         template = _decode(marshal.loads(data[4:]))
-    except (ValueError, EOFError, TypeError, IndexError, AttributeError, RecursionError):
+    except Exception:  # any malformed entry is a cache miss, never an error
         return None
     return template if isinstance(template, n.Template) else None
 

@@ -80,7 +80,20 @@ class Environment:
             return cached
         try:
             ast = self._parse(source, name)
-            compiled = Compiler(self).compile_template(ast)  # (root code, fresh names)
+            try:
+                compiled = Compiler(self).compile_template(ast)  # (root code, fresh names)
+            except TemplateError:
+                raise
+            except Exception:
+                if not self.parse_cache:
+                    raise
+                # a cached AST this engine cannot use (corrupt or stale): parse afresh
+                self.parse_cache, saved = False, self.parse_cache
+                try:
+                    ast = self._parse(source, name)
+                finally:
+                    self.parse_cache = saved
+                compiled = Compiler(self).compile_template(ast)
         except TemplateError as exc:
             exc._attach_source(name, source)
             raise
@@ -166,10 +179,22 @@ def _engine_id() -> str:
     """Version and grammar: a cached AST is only reused by the engine that made it."""
     global _ENGINE_ID
     if _ENGINE_ID is None:
+        import os
+        import zlib
+
         from . import __version__
         from .lalr import grammar_checksum, read_grammar
 
-        _ENGINE_ID = f"{__version__}:{grammar_checksum(read_grammar())}"
+        # the AST's shape is defined by the grammar, the parser and the node classes
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = 0
+        for module in ("nodes.py", "parser.py", "diskcache.py"):
+            try:
+                with open(os.path.join(here, module), "rb") as handle:
+                    code = zlib.crc32(handle.read(), code)
+            except OSError:
+                pass
+        _ENGINE_ID = f"{__version__}:{grammar_checksum(read_grammar())}:{code:08x}"
     return _ENGINE_ID
 
 
