@@ -16,7 +16,6 @@ Python errors from operators and builtins become TemplateRuntimeError subclasses
 
 from __future__ import annotations
 
-import math
 import operator
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, TemplateTypeError, wrap_python_error)
-from .limits import check_collection_size, check_string_size
+from .arith import apply as arith_apply
+from .budget import (CALL_STEPS, CHARS_SHIFT, FILTER_WEIGHTS, ITEMS_SHIFT, METHOD_WEIGHTS,
+                     FILTERED_ITEM_STEPS, LOOP_STEPS, SLOW_LOOKUP_STEPS, body_cost,
+                     size_cost)
+from .limits import check_string_size
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
@@ -82,24 +85,37 @@ class RenderContext:
         self.root_out = root_out
         self.spans: Optional[List[Tuple[int, int]]] = [] if track_spans else None
 
-    def step(self) -> None:
-        self.steps += 1
-        if self.steps > self.max_steps:
-            raise self.limits.exceeded("max_steps", "too many loop iterations and calls")
+    def step(self, steps: int = 1) -> None:
+        """Charge ``steps`` and check the output size (a loop iteration, a call)."""
+        self.charge(steps)
         if self.output_size > self.max_output:
             raise self.limits.exceeded("max_output_size", "rendered output too large")
 
-    def charge(self, size: int) -> None:
-        """Building a big string costs steps (one per 256 characters): repeated concatenation such as
-        `{% set ns.s = ns.s ~ x %}` in a loop is quadratic, and must stay bounded too."""
-        self.steps += size >> 8
+    def charge(self, steps: int) -> None:
+        """Count ``steps`` of work (see budget.py) against ``Limits.max_steps``."""
+        self.steps += steps
         if self.steps > self.max_steps:
-            raise self.limits.exceeded("max_steps", "too much string building")
+            raise self.too_much_work()
+
+    def too_much_work(self) -> LimitExceededError:
+        return self.limits.exceeded(
+            "max_steps", f"the render needs more than {self.max_steps:,} steps of work (loop "
+            "iterations, macro calls and data processed)")
 
     def check_output(self) -> None:
         """Before joining pieces: refuse output over the limit."""
         if self.output_size > self.max_output:
             raise self.limits.exceeded("max_output_size", "rendered output too large")
+
+    def captured(self, buffer: list, before: int) -> str:
+        """Join the output captured since the output size was ``before`` (a macro call, a set
+        or filter block): it is counted again where it is printed, so it leaves the output
+        count here and is charged as work instead (it is a string the render built)."""
+        self.check_output()
+        text = "".join(buffer)
+        self.output_size = before
+        self.charge(len(text) >> CHARS_SHIFT)
+        return text
 
     def enter(self) -> None:
         self.depth += 1
@@ -120,44 +136,6 @@ def to_output(value: Any) -> str:
     return str(value)
 
 
-def _check_binop(op: str, left: Any, right: Any) -> None:
-    """Refuse results that would exhaust memory, before computing them."""
-    if op == "*":
-        if isinstance(right, int) and isinstance(left, (str, list, tuple)):
-            left, right = right, left
-        if isinstance(left, int) and not isinstance(left, bool) and left > 0:
-            if isinstance(right, str):
-                check_string_size(len(right) * left)
-            elif isinstance(right, (list, tuple)):
-                check_collection_size(len(right) * left)
-            elif isinstance(right, int) and not isinstance(right, bool):
-                _check_int_digits(right.bit_length() + left.bit_length())
-    elif op == "**":
-        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-            _check_int_digits(int(left.bit_length() * min(right, 10 ** 12)))
-    elif op == "+":
-        if isinstance(left, str) and isinstance(right, str):
-            if len(left) + len(right) > 1_000_000:
-                check_string_size(len(left) + len(right))
-        elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
-            if len(left) + len(right) > 100_000:
-                check_collection_size(len(left) + len(right))
-
-
-def _check_int_digits(bits: int) -> None:
-    from .limits import current_limits
-
-    limits = current_limits()
-    digits = int(bits * math.log10(2)) + 1
-    if digits > limits.max_int_digits:
-        raise limits.exceeded("max_int_digits", f"integer of about {digits:,} digits refused")
-
-
-_BINOPS: Dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
-}
-_GUARDED_BINOPS = frozenset({"*", "**", "+"})
 _COMPARE: Dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
     ">": operator.gt, ">=": operator.ge,
@@ -274,7 +252,11 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, expression_node) from exc
                 out.append(value)
-                scope.ctx.output_size += len(value)
+                ctx = scope.ctx
+                ctx.output_size += len(value)
+                if ctx.output_size > ctx.max_output:
+                    raise _locate(ctx.limits.exceeded(
+                        "max_output_size", "rendered output too large"), expression_node)
 
             return output_one
 
@@ -293,7 +275,11 @@ class Compiler:
                         raise _locate(exc, item[1]) from exc
                 out.append(value)
                 size += len(value)
-            scope.ctx.output_size += size
+            ctx = scope.ctx
+            ctx.output_size += size
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
 
         return output
 
@@ -406,6 +392,8 @@ class Compiler:
             (n.Assign, n.AssignBlock, n.Macro)))
         fast_path = reuse_scope and not body_assigns and simple_name is not None and \
             else_ is None
+        iteration_cost = LOOP_STEPS + body_cost(node.body)
+        filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
             if isinstance(value, Undefined):
@@ -422,6 +410,10 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node.iter) from exc
             if loop_filter is not None:
+                try:
+                    scope.ctx.charge(len(items) * filter_cost)
+                except TemplateError as exc:
+                    raise _locate(exc, node) from None
                 kept = []
                 for item in items:
                     inner = Scope({}, scope, scope.ctx)
@@ -445,10 +437,10 @@ class Compiler:
             completed = False  # Jinja2 runs `else` unless some iteration reached its end
             shared = Scope({}, scope, ctx) if reuse_scope else None
             for item in items:
-                ctx.steps += 1
+                ctx.steps += iteration_cost
                 if ctx.steps > ctx.max_steps or ctx.output_size > ctx.max_output:
                     try:
-                        ctx.step()
+                        ctx.step(0)
                     except TemplateError as exc:
                         raise _locate(exc, node) from None
                 if loop is not None:
@@ -485,25 +477,31 @@ class Compiler:
         def run_simple(scope: Scope, out: list, items: List[Any], loop: Any,
                        ctx: RenderContext) -> Any:
             """The common loop: one name, no `else`, no assignments in the body."""
-            ctx.steps += len(items)  # charged up front: one check instead of one per item
+            # charged up front, one check instead of one per item; `break` refunds the rest
+            ctx.steps += len(items) * iteration_cost
             if ctx.steps > ctx.max_steps:
-                raise _locate(ctx.limits.exceeded(
-                    "max_steps", "too many loop iterations and calls"), node)
+                raise _locate(ctx.too_much_work(), node)
             variables: Dict[str, Any] = {}
             inner = Scope(variables, scope, ctx)
             if loop is not None:
                 variables["loop"] = loop
             max_output = ctx.max_output
-            for item in items:
+            max_steps = ctx.max_steps
+            remaining = iter(items)
+            for item in remaining:
                 if loop is not None:
                     loop.index0 += 1
                 variables[simple_name] = item
                 signal = body(inner, out)
                 if signal is BREAK:
+                    ctx.steps -= operator.length_hint(remaining) * iteration_cost
                     break
-                if ctx.output_size > max_output:
-                    raise _locate(ctx.limits.exceeded(
-                        "max_output_size", "rendered output too large"), node)
+                if ctx.output_size > max_output or ctx.steps > max_steps:
+                    ctx.steps -= operator.length_hint(remaining) * iteration_cost
+                    try:
+                        ctx.step(0)
+                    except TemplateError as exc:
+                        raise _locate(exc, node) from None
             return None
 
         def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
@@ -512,9 +510,9 @@ class Compiler:
                 ctx.enter()
                 try:
                     buffer: list = []
+                    before = ctx.output_size
                     run(scope, buffer, value, depth0)
-                    scope.ctx.check_output()
-                    return "".join(buffer)
+                    return ctx.captured(buffer, before)
                 finally:
                     ctx.depth -= 1
             return recurse
@@ -541,6 +539,7 @@ class Compiler:
                 if not isinstance(namespace, Namespace):
                     raise _locate(TemplateRuntimeError(
                         "cannot assign attribute on non-namespace object"), target)
+                scope.ctx.steps += SLOW_LOOKUP_STEPS
                 try:
                     namespace._template_setattr(attr, value)
                 except TemplateError as exc:
@@ -583,11 +582,11 @@ class Compiler:
 
         def assign_block(scope: Scope, out: list) -> Any:
             buffer: list = []
+            before = scope.ctx.output_size
             signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
             if signal is not None:
                 return signal
-            scope.ctx.check_output()
-            value: Any = "".join(buffer)
+            value: Any = scope.ctx.captured(buffer, before)
             if apply_filter is not None:
                 value = apply_filter(scope, value)
             assign(scope, value)
@@ -601,15 +600,21 @@ class Compiler:
 
         def filter_block(scope: Scope, out: list) -> Any:
             buffer: list = []
-            signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
+            ctx = scope.ctx
+            before = ctx.output_size
+            signal = body(Scope(_fresh(fresh, ctx), scope, ctx), buffer)
             if signal is not None:
                 return signal
-            scope.ctx.check_output()
-            value = apply_filter(scope, "".join(buffer))
+            value = apply_filter(scope, ctx.captured(buffer, before))
             try:
-                out.append(str(value))
+                text = str(value)
             except Exception as exc:
                 raise _locate(exc, node) from exc
+            out.append(text)
+            ctx.output_size += len(text)
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
             return None
 
         return filter_block
@@ -651,6 +656,7 @@ class Compiler:
                                                   ("kwargs", catch_kwargs),
                                                   ("varargs", catch_varargs)) if used_)
         default_nodes = tuple(d for _, d in params if d is not None)
+        call_cost = CALL_STEPS + body_cost(body_nodes)
         body, fresh = self.frame(body_nodes, arg_names + specials, extra=default_nodes)
         compiled_defaults = iter(self.compiled_extra)
         defaults = [(p, next(compiled_defaults) if d is not None else None) for p, d in params]
@@ -694,13 +700,13 @@ class Compiler:
                 elif len(args) > count:
                     raise TypeError(
                         f"macro {name!r} takes not more than {count} argument(s)")
-                ctx.step()
+                ctx.step(call_cost)
                 ctx.enter()
                 try:
                     buffer: list = []
+                    before = ctx.output_size
                     body(scope, buffer)
-                    scope.ctx.check_output()
-                    return "".join(buffer)
+                    return ctx.captured(buffer, before)
                 finally:
                     ctx.depth -= 1
 
@@ -719,10 +725,15 @@ class Compiler:
             positional, keywords = args(scope)
             keywords["caller"] = make_caller(scope)
             try:
-                result = scope.ctx.sandbox.call(function, positional, keywords)
-                out.append(str(result))
+                text = str(scope.ctx.sandbox.call(function, positional, keywords))
             except Exception as exc:
                 raise _locate(exc, call) from exc
+            out.append(text)
+            ctx = scope.ctx
+            ctx.output_size += len(text)
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
 
         del star_args
         return call_block
@@ -865,6 +876,7 @@ class Compiler:
                 if value is not MISSING:
                     return value
             try:
+                scope.ctx.steps += SLOW_LOOKUP_STEPS
                 return sandbox.getattr(obj, name)
             except Exception as exc:
                 raise _locate(exc, node) from exc
@@ -888,6 +900,7 @@ class Compiler:
                     if value is not MISSING:
                         return value
                 try:
+                    scope.ctx.steps += SLOW_LOOKUP_STEPS
                     return sandbox.getattr(obj, name)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -908,6 +921,7 @@ class Compiler:
                 if value is not MISSING:
                     return value
             try:
+                scope.ctx.steps += SLOW_LOOKUP_STEPS
                 return sandbox.getattr(obj, name)
             except Exception as exc:
                 raise _locate(exc, node) from exc
@@ -930,6 +944,7 @@ class Compiler:
                     except (KeyError, IndexError, TypeError):
                         pass
                 try:
+                    scope.ctx.steps += SLOW_LOOKUP_STEPS
                     return sandbox.getitem(obj, key)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -952,6 +967,7 @@ class Compiler:
                 except (KeyError, IndexError, TypeError):
                     pass
             try:
+                scope.ctx.steps += SLOW_LOOKUP_STEPS
                 return sandbox.getitem(obj, key)
             except Exception as exc:
                 raise _locate(exc, node) from exc
@@ -989,6 +1005,7 @@ class Compiler:
                     except (KeyError, IndexError, TypeError):
                         pass
                 try:
+                    scope.ctx.steps += SLOW_LOOKUP_STEPS
                     return sandbox.getitem(obj, constant)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -1013,6 +1030,7 @@ class Compiler:
                 except IndexError:
                     pass
             try:
+                scope.ctx.steps += SLOW_LOOKUP_STEPS
                 return sandbox.getitem(obj, key)
             except Exception as exc:
                 raise _locate(exc, node) from exc
@@ -1075,21 +1093,32 @@ class Compiler:
             if function is not None and not (immutable and name in MUTATORS.get(cls, ())):
                 direct[cls] = function
         attribute_node = node.node
+        weight = METHOD_WEIGHTS.get(name, 1)
 
         def method_call(scope: Scope) -> Any:
             owner = owner_of(scope)
             function = direct.get(type(owner))
             positional, keywords = args(scope)
+            if weight:
+                cost = size_cost(owner)
+                if cost:
+                    _charge(scope, cost * weight, node)
             try:
                 if function is not None:
-                    return function(owner, *positional, **keywords)
-                try:
-                    bound = sandbox.getattr(owner, name)
-                except Exception as exc:
-                    raise _locate(exc, attribute_node) from exc
-                return sandbox.call(bound, positional, keywords)
+                    result = function(owner, *positional, **keywords)
+                else:
+                    try:
+                        bound = sandbox.getattr(owner, name)
+                    except Exception as exc:
+                        raise _locate(exc, attribute_node) from exc
+                    result = sandbox.call(bound, positional, keywords)
             except Exception as exc:
                 raise _locate(exc, node) from exc
+            if result is not owner:
+                cost = size_cost(result)
+                if cost:
+                    _charge(scope, cost, node)
+            return result
 
         return method_call
 
@@ -1108,16 +1137,24 @@ class Compiler:
         env = self.env
         name = node.name
         pass_env = function is not None and wants_environment(function)
+        weight = FILTER_WEIGHTS.get(name, 1)
 
         if not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs) and \
                 function is not None:
             def apply_without_arguments(scope: Scope, value: Any) -> Any:
+                if weight:
+                    cost = size_cost(value)
+                    if cost:
+                        _charge(scope, cost * weight, node)
                 try:
-                    if pass_env:
-                        return function(env, value)
-                    return function(value)
+                    result = function(env, value) if pass_env else function(value)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
+                if result is not value:
+                    cost = size_cost(result)
+                    if cost:
+                        _charge(scope, cost, node)
+                return result
 
             return apply_without_arguments
 
@@ -1125,12 +1162,22 @@ class Compiler:
             positional, keywords = args(scope)
             if function is None:
                 raise _locate(TemplateRuntimeError(f"No filter named {name!r} found."), node)
+            if weight:
+                cost = size_cost(value)
+                if cost:
+                    _charge(scope, cost * weight, node)
             try:
                 if pass_env:
-                    return function(env, value, *positional, **keywords)
-                return function(value, *positional, **keywords)
+                    result = function(env, value, *positional, **keywords)
+                else:
+                    result = function(value, *positional, **keywords)
             except Exception as exc:
                 raise _locate(exc, node) from exc
+            if result is not value:
+                cost = size_cost(result)
+                if cost:
+                    _charge(scope, cost, node)
+            return result
 
         return apply
 
@@ -1194,18 +1241,17 @@ class Compiler:
         if node.op == "+":
             return self.add_chain(node)
         op = node.op
-        function = _BINOPS[op]
         left = self.expr(node.left)
         right = self.expr(node.right)
-        guarded = op in _GUARDED_BINOPS
 
         def binop(scope: Scope) -> Any:
             a = left(scope)
             b = right(scope)
             try:
-                if guarded:
-                    _check_binop(op, a, b)
-                return function(a, b)
+                return arith_apply(op, a, b)
+            except TemplateError as exc:
+                exc._locate(node.lineno, node.column)
+                raise
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
@@ -1245,19 +1291,26 @@ class Compiler:
 
         def add_slowly(value: Any, index: int, scope: Scope) -> Any:
             """Python's `+`, one link at a time from ``index`` on."""
+            built = 0  # characters of the strings built: charged once at the end
             for constant, operand, link, _, _ in steps[index:]:
                 other = operand(scope) if constant is MISSING else constant
                 if type(value) is str and type(other) is str and \
                         len(value) + len(other) < 1_000_000:
                     value = value + other
+                    built += len(value)
                     continue
                 try:
-                    _check_binop("+", value, other)
-                    value = value + other
-                    if type(value) is str:
-                        scope.ctx.charge(len(value))
+                    value = arith_apply("+", value, other)
+                except TemplateError as exc:
+                    exc._locate(link.lineno, link.column)
+                    raise
                 except Exception as exc:
                     raise _locate(exc, link) from exc
+            if built >> CHARS_SHIFT:
+                try:
+                    scope.ctx.charge(built >> CHARS_SHIFT)
+                except TemplateError as exc:
+                    raise _locate(exc, node) from None
             return value
 
         def add(scope: Scope) -> Any:
@@ -1308,18 +1361,27 @@ class Compiler:
                 if position == 0:
                     value = add_slowly(other, 0, scope)
                 else:
-                    joined = _join_checked(out[start:])
-                    del out[start:]
                     link = steps[position - 1][2]
                     try:
-                        _check_binop("+", joined, other)
-                        value = joined + other
+                        joined = _join_checked(out[start:])
+                        del out[start:]
+                        value = arith_apply("+", joined, other)
+                    except TemplateError as exc:
+                        exc._locate(link.lineno, link.column)
+                        raise
                     except Exception as exc:
                         raise _locate(exc, link) from exc
                     value = add_slowly(value, position, scope)
                 break
             else:
-                scope.ctx.output_size += size
+                ctx = scope.ctx
+                ctx.output_size += size
+                if size > 1_000_000:  # the sum printed is a string the template made
+                    try:
+                        check_string_size(size)
+                        ctx.check_output()
+                    except TemplateError as exc:
+                        raise _locate(exc, node) from None
                 return
             if type(value) is not str:
                 try:
@@ -1327,7 +1389,11 @@ class Compiler:
                 except Exception as exc:
                     raise _locate(exc, node) from exc
             out.append(value)
-            scope.ctx.output_size += len(value)
+            ctx = scope.ctx
+            ctx.output_size += len(value)
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
 
         add.output = output_sum  # type: ignore[attr-defined]  # used by {{ a + b }}
         return add
@@ -1339,9 +1405,10 @@ class Compiler:
             try:
                 pieces = [_to_text(p(scope)) for p in parts]
                 total = sum(map(len, pieces))
-                if total > 100_000:
-                    check_string_size(total)
-                    scope.ctx.charge(total)
+                if total >> CHARS_SHIFT:
+                    if total > 1_000_000:
+                        check_string_size(total)
+                    scope.ctx.charge(total >> CHARS_SHIFT)
                 return "".join(pieces)
             except TemplateError as exc:
                 exc._locate(node.lineno, node.column)
@@ -1397,8 +1464,17 @@ class Compiler:
                     """``'tool_calls' in message``: no call through an operator function."""
                     left = first(scope) if left_constant is MISSING else left_constant
                     right = second(scope) if constant is MISSING else constant
+                    kind = type(right)
                     try:
+                        if kind is str:
+                            if len(right) >> CHARS_SHIFT:
+                                scope.ctx.charge(len(right) >> CHARS_SHIFT)
+                        elif (kind is list or kind is tuple) and len(right) >> ITEMS_SHIFT:
+                            scope.ctx.charge(len(right) >> ITEMS_SHIFT)
                         found = left in right
+                    except TemplateError as exc:
+                        exc._locate(node.lineno, node.column)
+                        raise
                     except Exception as exc:
                         raise _locate(exc, node) from exc
                     return not found if negate else found
@@ -1481,6 +1557,14 @@ class Compiler:
 
     def e_slice(self, node: n.Node) -> Expr:
         raise TemplateSyntaxError("a slice is only allowed inside []", node.lineno, node.column)
+
+
+def _charge(scope: Scope, steps: int, node: n.Node) -> None:
+    """Charge work done at ``node`` (a limit error is located there)."""
+    try:
+        scope.ctx.charge(steps)
+    except TemplateError as exc:
+        raise _locate(exc, node) from None
 
 
 def _join_checked(pieces: List[str]) -> str:

@@ -17,6 +17,7 @@ from . import limits as _limits
 from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
 from .exceptions import TemplateError, wrap_python_error
+from .budget import CALL_STEPS, FILTER_WEIGHTS, size_cost
 from .limits import Limits
 from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
                       TemplateReference, Undefined, raise_template_error)
@@ -78,6 +79,7 @@ class Environment:
         if cached is not None:
             self._cache[key] = cached  # most recently used goes last
             return cached
+        _limits.ensure_recursion_headroom(self.limits)
         try:
             ast = self._parse(source, name)
             try:
@@ -148,9 +150,17 @@ class Environment:
         function = table.get(name)
         if function is None:
             raise TemplateRuntimeError(f"No {kind} named {name!r}.")
+        # `map('upper')` and `select('in', big)` call filters per item: charged per call,
+        # as the template's own filter calls are (budget.py)
+        _limits.charge(CALL_STEPS // 3 + size_cost(value) * FILTER_WEIGHTS.get(name, 1)
+                       + sum(map(size_cost, args)))
         if wants_environment(function):
-            return function(self, value, *args, **(kwargs or {}))
-        return function(value, *args, **(kwargs or {}))
+            result = function(self, value, *args, **(kwargs or {}))
+        else:
+            result = function(value, *args, **(kwargs or {}))
+        if result is not value:
+            _limits.charge(size_cost(result))
+        return result
 
     def getattr(self, obj: Any, name: str) -> Any:
         """``obj.name`` with the sandbox's rules."""
@@ -230,7 +240,8 @@ class Template:
         for fresh_name in self._fresh:
             variables[fresh_name] = env.undefined(name=fresh_name)
         root = Scope(variables, Scope(env.globals, None, ctx), ctx)
-        limits_token = _limits.activate(env.limits)
+        _limits.ensure_recursion_headroom(env.limits)
+        limits_token = _limits.activate(ctx)
         sandbox_token = _sandbox.activate(env.sandbox)
         try:
             self._root(root, out)
@@ -258,9 +269,12 @@ def default_globals(env: Environment) -> Dict[str, Any]:
 
     def safe_range(*args: Any) -> range:
         result = range(*args)
-        if len(result) > env.limits.max_range:
+        # len() itself overflows past sys.maxsize items: count with Python integers
+        length = max(0, (result.stop - result.start + result.step - (1 if result.step > 0
+                                                                    else -1)) // result.step)
+        if length > env.limits.max_range:
             raise env.limits.exceeded(
-                "max_range", f"range of {len(result):,} items refused (the sandbox blocks ranges"
+                "max_range", f"range of {length:,} items refused (the sandbox blocks ranges"
                 f" larger than {env.limits.max_range:,})")
         return result
 

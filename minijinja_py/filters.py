@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .exceptions import FilterArgumentError
-from .limits import check_collection_size, check_string_size, current_limits
+from .budget import CHARS_SHIFT
+from .limits import charge, check_collection_size, check_string_size, current_limits
 from .markup import Markup, escape
 from .runtime import (MISSING, BoundMethod, ChainableUndefined, LazySequence, Undefined,
                       pass_environment)
@@ -461,6 +462,13 @@ def do_wordwrap(s: Any, width: int = 79, break_long_words: bool = True,
 
     if wrapstring is None:
         wrapstring = "\n"
+    if break_long_words and isinstance(width, int) and isinstance(s, str):
+        # textwrap breaks a word longer than the width by re-slicing the rest of the word for
+        # every line it fills: quadratic in the word's length. Pay for that copying first.
+        span = max(width, 1)
+        copied = sum(len(word) * len(word) // (2 * span) for word in s.split()
+                     if len(word) > span)
+        charge(copied >> CHARS_SHIFT)
     paragraphs = [
         textwrap.wrap(line, width=width, expand_tabs=False, replace_whitespace=False,
                       break_long_words=break_long_words, break_on_hyphens=break_on_hyphens)
@@ -530,6 +538,13 @@ def _check_printf_size(template: str, values: Any) -> None:
         if total > current_limits().max_string_size:
             break
     check_string_size(total)
+
+
+def check_printf_size(template: str, values: Any) -> None:
+    """Before the ``%`` operator, ``template % values``: refuse results that are too big."""
+    if not isinstance(values, (tuple, abc.Mapping)):
+        values = (values,)
+    _check_printf_size(template, values)
 
 
 def do_format(value: Any, *args: Any, **kwargs: Any) -> str:

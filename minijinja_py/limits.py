@@ -9,9 +9,10 @@ limits in a context variable so that filters and methods (plain functions) can c
 from __future__ import annotations
 
 import contextvars
+import sys
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Optional
+    from typing import Any, Optional
 
 from .exceptions import LimitExceededError
 
@@ -34,7 +35,11 @@ class Limits:
     - ``max_nesting`` (128): deepest nesting of blocks and brackets in the template SOURCE.
     - ``max_source_size`` (2,000,000): most characters of template source (real chat templates
       are under 100 KB; parsing megabytes of hostile source would take seconds).
-    - ``max_steps`` (20,000,000): most loop iterations plus macro calls in one render.
+    - ``max_steps`` (50,000,000): most work in one render, in steps of about a tenth of a
+      microsecond: a loop iteration or macro call costs a step or so per template node it
+      runs, and filters, methods and operators cost a step per 16 characters or 2 items they
+      read or build (see budget.py). This bounds time (about 5 seconds here) and the memory a
+      render can allocate. A 20,000-message conversation takes a few million steps.
     """
 
     FIELDS = ("max_range", "max_output_size", "max_string_size", "max_collection_size",
@@ -44,7 +49,7 @@ class Limits:
     def __init__(self, *, max_range: int = 100_000, max_output_size: int = 200_000_000,
                  max_string_size: int = 50_000_000, max_collection_size: int = 10_000_000,
                  max_int_digits: int = 4_300, max_recursion: int = 100, max_nesting: int = 128,
-                 max_steps: int = 20_000_000, max_source_size: int = 2_000_000) -> None:
+                 max_steps: int = 50_000_000, max_source_size: int = 2_000_000) -> None:
         self.max_range = max_range
         self.max_output_size = max_output_size
         self.max_string_size = max_string_size
@@ -74,17 +79,42 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-_current: contextvars.ContextVar[Optional[Limits]] = contextvars.ContextVar(
-    "minijinja_py_limits", default=None)
+# The render in progress (its RenderContext: ``limits`` and ``charge(steps)``), or None.
+_current: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar(
+    "minijinja_py_render", default=None)
 
 
 def current_limits() -> Limits:
     """The limits of the render in progress (the defaults outside a render)."""
-    return _current.get() or DEFAULT_LIMITS
+    render = _current.get()
+    return render.limits if render is not None else DEFAULT_LIMITS
 
 
-def activate(limits: Limits) -> contextvars.Token:
-    return _current.set(limits)
+def charge(steps: int) -> None:
+    """Count ``steps`` of work against the render in progress (see budget.py)."""
+    if steps:
+        render = _current.get()
+        if render is not None:
+            render.charge(steps)
+
+
+class _LimitsOnly:
+    """Limits put in force without a render: sizes are checked, work is not counted."""
+
+    __slots__ = ("limits",)
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+
+    def charge(self, steps: int) -> None:
+        pass
+
+
+def activate(render: Any) -> contextvars.Token:
+    """Make ``render`` (a RenderContext, or bare Limits) the render in progress here."""
+    if isinstance(render, Limits):
+        render = _LimitsOnly(render)
+    return _current.set(render)
 
 
 def deactivate(token: contextvars.Token) -> None:
@@ -107,3 +137,17 @@ def check_collection_size(size: int) -> None:
     limits = current_limits()
     if size > limits.max_collection_size:
         raise limits.exceeded("max_collection_size", f"sequence of {size:,} items refused")
+
+
+def ensure_recursion_headroom(limits: Limits) -> None:
+    """Let Python recurse as deep as raised limits need.
+
+    The parser, compiler and evaluator recurse once per level of nesting or macro call; the
+    defaults fit Python's default recursion limit of 1,000. A trusted template allowed to nest
+    deeper must be stopped by its own limit, never by a RecursionError first, so the
+    interpreter's limit is raised (never lowered) to match.
+    """
+    needed = (1000 + 12 * max(0, limits.max_recursion - DEFAULT_LIMITS.max_recursion)
+              + 10 * max(0, limits.max_nesting - DEFAULT_LIMITS.max_nesting))
+    if needed > sys.getrecursionlimit():
+        sys.setrecursionlimit(needed)

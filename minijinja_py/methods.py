@@ -15,7 +15,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from .limits import check_repeat_size, check_string_size
+from .limits import check_collection_size, check_repeat_size, check_string_size
 
 try:  # CPython's helper that string.Formatter uses to split "a.b[c]"
     from _string import formatter_field_name_split
@@ -38,6 +38,7 @@ def _formatter_class(escaping: bool) -> Any:
 
         def __init__(self, sandbox: Any) -> None:
             self.sandbox = sandbox
+            self.built = 0  # characters substituted so far: the result is at least this
 
         def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
             first, rest = formatter_field_name_split(field_name)
@@ -49,7 +50,13 @@ def _formatter_class(escaping: bool) -> Any:
 
         def format_field(self, value: Any, format_spec: str) -> Any:
             _check_format_spec(format_spec)
+            if type(value) in (list, tuple, dict):
+                from .filters import check_str_size
+
+                check_str_size(value)  # printing it may be far larger than it is in memory
             result = format(value, format_spec)
+            self.built += len(result)
+            check_string_size(self.built)
             if escaping:  # Markup.format: every substituted value is HTML-escaped
                 from .markup import escape
 
@@ -105,7 +112,11 @@ def _str_replace(value: str, old: str, new: str, count: int = -1) -> str:
 
 def _str_join(value: str, iterable: Any) -> str:
     items = list(iterable)
-    check_repeat_size(len(value), max(len(items) - 1, 0))
+    check_collection_size(len(items))
+    if items:
+        # the items' own lengths count too (a non-str item fails in join itself)
+        check_string_size(len(value) * (len(items) - 1)
+                          + sum(len(item) for item in items if isinstance(item, str)))
     return value.join(items)
 
 
@@ -186,15 +197,17 @@ MUTATORS: Dict[type, frozenset] = {
 }
 
 
+_TABLE_OF_CLASS: Dict[type, Any] = {cls: (table, cls) for cls, table in METHODS.items()}
+_TABLE_OF_CLASS[bool] = (None, None)
+
+
 def method_table(obj: Any) -> Any:
     """The (table, base type) for ``obj``, following subclasses such as Markup."""
     cls = type(obj)
-    table = METHODS.get(cls)
-    if table is not None:
-        return table, cls
-    if cls is bool:
-        return None, None
-    for base, table in METHODS.items():
-        if isinstance(obj, base):
-            return table, base
-    return None, None
+    found = _TABLE_OF_CLASS.get(cls)
+    if found is None:
+        found = next(((table, base) for base, table in METHODS.items() if issubclass(cls, base)),
+                     (None, None))
+        if len(_TABLE_OF_CLASS) < 1000:  # host classes are few; never grow without bound
+            _TABLE_OF_CLASS[cls] = found
+    return found

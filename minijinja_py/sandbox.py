@@ -21,10 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
-from .runtime import (MISSING, BoundMethod, Cycler, GlobalFunction, HostMethod, Joiner,
-                      LazySequence, LoopContext, Macro, Namespace, TemplateDict,
+from .runtime import (MISSING, BoundMethod, Cycler, GlobalFunction, GuardedNamespace,
+                      HostMethod, Joiner, LazySequence, LoopContext, Macro, Namespace,
+                      TemplateDict,
                       TemplateReference, Undefined, unsafe_undefined)
 
+_NAMESPACES = frozenset({Namespace, GuardedNamespace})
 _RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence, TemplateDict,
                   GlobalFunction, HostMethod, TemplateReference)
 _METHOD_TYPES = (types.BuiltinMethodType, types.MethodType, types.MethodWrapperType)
@@ -63,6 +65,10 @@ class Sandbox:
     # -- attributes ----------------------------------------------------------------------
     def getattr(self, obj: Any, name: str) -> Any:
         """``obj.name`` as a template sees it."""
+        if type(obj) in _NAMESPACES and name[:1] != "_":  # `ns.x`, read in loops: fast
+            value = obj._template_getattr(name)
+            if value is not MISSING:
+                return value
         value = self.attribute(obj, name)
         if value is not MISSING:
             return value

@@ -1,0 +1,102 @@
+"""What a render's work costs, in the steps counted against ``Limits.max_steps``.
+
+Counting loop iterations alone does not bound time: one iteration may print a value, call a
+macro, scan a 10-million-item list or upper-case a 10 MB string. So every piece of work is
+priced in steps of roughly the same cost (about a tenth of a microsecond here):
+
+* an iteration of a loop costs two steps plus its body's static cost (below);
+* a macro call costs :data:`CALL_STEPS` plus its body's static cost;
+* a filter, method, ``in`` test or operator whose work grows with its data costs one step per
+  :data:`CHARS_PER_STEP` characters or :data:`ITEMS_PER_STEP` items it reads or builds. That
+  also bounds memory: everything a render allocates was paid for, so a template cannot keep
+  building large values until the process runs out of memory.
+
+The static cost of a body counts its expression and statement nodes once each (literals are
+free), taking the costliest branch of every ``if``, and leaves out bodies that are charged on
+their own when they run (nested loops, macros, call blocks). Charging it once per iteration or
+call keeps the accounting out of the evaluator's inner loops.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Iterable
+
+from . import nodes as n
+
+#: Steps per AST node executed: most nodes cost about a tenth of a microsecond; calls,
+#: filters and printing cost more. Literals are free (they are constants at run time).
+NODE_STEPS = {
+    n.Const: 0, n.TemplateData: 0, n.Break: 0, n.Continue: 0,
+    n.Output: 4, n.Call: 5, n.Filter: 5, n.Test: 3, n.Assign: 2, n.AssignBlock: 5,
+    n.FilterBlock: 5, n.With: 3,
+}
+#: Steps for one iteration of a loop, besides its body; for each item a loop's `if` filter
+#: tests, besides the test (it runs in a scope of its own).
+LOOP_STEPS = 2
+FILTERED_ITEM_STEPS = 5
+#: Steps for the call of a macro (binding arguments, a new scope, the output buffer).
+CALL_STEPS = 30
+#: Steps for work the evaluator finds out about only at run time: an attribute or item
+#: lookup on something other than a plain dict (a string, a namespace, an undefined value)
+#: and an assignment to a namespace attribute go through the sandbox (a microsecond or more).
+SLOW_LOOKUP_STEPS = 30
+#: Bit shifts: a step per 16 characters and per 2 items (about 16 bytes of memory either way).
+CHARS_SHIFT = 4
+ITEMS_SHIFT = 1
+CHARS_PER_STEP = 1 << CHARS_SHIFT
+ITEMS_PER_STEP = 1 << ITEMS_SHIFT
+
+#: How many times its input's size (in steps) a filter costs. Filters that only look at an end
+#: or the length of their input are free; those calling Python code per item (sorting with
+#: a key, attribute lookups, tests) cost more. Unlisted filters cost 1; their result, when it
+#: is a new string or list, is charged once more (it was built).
+FILTER_WEIGHTS = {
+    "length": 0, "count": 0, "first": 0, "last": 0, "default": 0, "d": 0, "attr": 0,
+    "random": 0, "abs": 0, "safe": 0, "int": 0, "float": 0, "round": 0, "items": 0,
+    "sort": 16, "dictsort": 16, "groupby": 16, "unique": 4, "min": 4, "max": 4, "sum": 2,
+    "map": 4, "select": 4, "reject": 4, "selectattr": 4, "rejectattr": 4, "tojson": 4,
+    "pprint": 4, "wordwrap": 4, "urlize": 8, "striptags": 4, "title": 2, "xmlattr": 4,
+}
+#: The same for methods called on str, list and dict values (unlisted: 1).
+METHOD_WEIGHTS = {
+    "get": 0, "keys": 0, "values": 0, "items": 0, "startswith": 0, "endswith": 0,
+    "bit_length": 0, "conjugate": 0, "is_integer": 0, "pop": 0, "append": 0, "sort": 8,
+}
+
+# Bodies that charge for themselves when they run: only their header counts here.
+_SELF_CHARGED = {n.For: ("iter",), n.Macro: (), n.CallBlock: ("call",)}
+
+
+def size_cost(value: Any) -> int:
+    """Steps for reading or building ``value`` once (0 for scalars and small values)."""
+    kind = type(value)
+    if kind is str:
+        return len(value) >> CHARS_SHIFT
+    if kind is list or kind is tuple or kind is dict:
+        return len(value) >> ITEMS_SHIFT
+    return 0
+
+
+def body_cost(statements: Iterable[Any]) -> int:
+    """The static cost of running ``statements`` once, in steps."""
+    return sum(_cost(statement) for statement in statements)
+
+
+def _cost(node: Any) -> int:
+    if isinstance(node, (list, tuple)):
+        return sum(_cost(item) for item in node)
+    if not isinstance(node, n.Node):
+        return 0
+    kind = type(node)
+    own = NODE_STEPS.get(kind, 1)
+    if kind in _SELF_CHARGED:
+        return own + sum(_cost(getattr(node, field)) for field in _SELF_CHARGED[kind])
+    if kind is n.If:
+        branches = [node.body] + [branch.body for branch in node.elif_] + [node.else_ or []]
+        tests = [node.test] + [branch.test for branch in node.elif_]
+        return own + _cost(tests) + max(_cost(branch) for branch in branches)
+    if kind is n.CondExpr:
+        return own + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))
+    return own + sum(_cost(getattr(node, field)) for field in node.fields)

@@ -1,0 +1,567 @@
+"""Resource limits: every field of ``mj.Limits`` stops hostile templates, quickly and cleanly.
+
+For each field (max_range, max_output_size, max_string_size, max_collection_size,
+max_int_digits, max_recursion, max_nesting, max_steps, max_source_size):
+
+* hostile templates raise ``mj.LimitExceededError`` whose message names ``Limits.<field>``,
+  within a few seconds, without the process running out of memory. They run in a child
+  interpreter (``run_isolated``) with a wall-clock timeout and an address-space cap, so an
+  engine that does not stop them fails the test instead of hanging it or exhausting the host;
+* a custom ``mj.Limits(<field>=...)`` lowers the limit (a template that renders under the
+  defaults is refused) and raises it (a template refused under the defaults renders);
+* the defaults never fire on real chat templates: the whole shared corpus, a 20,000-message
+  conversation and a single 10 MB message.
+
+Some templates are not stopped by one specific limit but must still be stopped by SOME limit
+(aggregate memory or work spread over many small steps); those accept any ``Limits.`` field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional, Tuple
+
+import pytest
+
+import minijinja_py as mj
+
+from security_support import (corpus_available, corpus_contexts, corpus_slugs, corpus_template,
+                              run_isolated)
+
+#: A hostile template must be refused within this many seconds (measured in the child).
+FAST = 10.0
+#: The child is killed after this many seconds (then the test fails as a hang).
+TIMEOUT = 30.0
+
+FIELDS = ("max_range", "max_output_size", "max_string_size", "max_collection_size",
+          "max_int_digits", "max_recursion", "max_nesting", "max_steps", "max_source_size")
+
+BIG = "{% set a = 'x' * 10**7 %}"          # a 10 MB string, well under max_string_size
+CYCLIC = "(lambda l: (l.append(l), l)[1])([1])"
+DEEP_LIST = "(lambda: [x := 1] and [x := [x] for _ in range(10000)] and x)()"
+DEEP_DICT = "(lambda: [x := {}] and [x := {'a': x} for _ in range(10000)] and x)()"
+
+
+def test_every_field_is_covered() -> None:
+    """This suite knows every limit; a new field needs hostile templates here."""
+    import inspect
+
+    parameters = inspect.signature(mj.Limits).parameters
+    assert set(parameters) == set(FIELDS)
+    defaults = mj.Limits()
+    for field in FIELDS:
+        assert getattr(defaults, field) == parameters[field].default
+
+
+# (field or fields accepted, id, source, data_expr)
+HOSTILE = [
+    # -- max_range -------------------------------------------------------------------------
+    ("max_range", "range-1e6", "{{ range(10**6) }}", ""),
+    ("max_range", "range-loop", "{% for i in range(10**6) %}{% endfor %}", ""),
+    ("max_range", "range-step", "{{ range(0, 10**9, 2)|length }}", ""),
+    ("max_range", "range-negative", "{{ range(-10**7, 0)|list|length }}", ""),
+    ("max_range", "range-huge", "{{ range(10**100)|length }}", ""),
+    # -- max_string_size -------------------------------------------------------------------
+    ("max_string_size", "str-times", "{{ 'a' * 10**10 }}", ""),
+    ("max_string_size", "times-str", "{{ 10**10 * 'a' }}", ""),
+    ("max_string_size", "center-filter", "{{ 'x'|center(10**10) }}", ""),
+    ("max_string_size", "center-method", "{{ 'x'.center(10**10) }}", ""),
+    ("max_string_size", "ljust", "{{ 'x'.ljust(10**10) }}", ""),
+    ("max_string_size", "rjust", "{{ 'x'.rjust(10**10, '-') }}", ""),
+    ("max_string_size", "zfill", "{{ '1'.zfill(10**10) }}", ""),
+    ("max_string_size", "format-width", "{{ '{:>9999999999}'.format('x') }}", ""),
+    ("max_string_size", "format-nested-width", "{{ '{0:{1}}'.format('x', 9999999999) }}", ""),
+    ("max_string_size", "format-precision", "{{ '{:.999999999f}'.format(1.5) }}", ""),
+    ("max_string_size", "indent-width", "{{ 'a'|indent(10**10) }}", ""),
+    ("max_string_size", "indent-string", "{{ ('a\n' * 1000)|indent('y' * 10**6) }}", ""),
+    ("max_string_size", "join-method", "{{ ' '.join(['x' * 10**7] * 1000) }}", ""),
+    ("max_string_size", "join-method-sep", "{{ ('x' * 10**7).join(['a'] * 1000) }}", ""),
+    ("max_string_size", "join-filter", "{{ (['x' * 10**7] * 1000)|join(' ') }}", ""),
+    ("max_string_size", "replace-method", "{{ ('a' * 1000).replace('', 'x' * 10**6) }}", ""),
+    ("max_string_size", "replace-filter", "{{ ('a' * 1000)|replace('', 'x' * 10**6) }}", ""),
+    ("max_string_size", "replace-grow", "{{ ('a' * 10**7)|replace('a', 'bbbbbbbbbb') }}", ""),
+    ("max_string_size", "expandtabs", "{{ 'a\tb'.expandtabs(10**9) }}", ""),
+    ("max_string_size", "tojson-indent", "{{ [1]|tojson(indent=10**9) }}", ""),
+    ("max_string_size", "tojson-indent-str",
+     "{{ ([[1, 2]] * 1000)|tojson(indent='x' * 10**6) }}", ""),
+    ("max_string_size", "printf-filter", "{{ '%9999999999s'|format('x') }}", ""),
+    ("max_string_size", "printf-filter-star", "{{ '%*s'|format(10**10, 'x') }}", ""),
+    ("max_string_size", "printf-operator-width", "{{ '%999999999s' % 'x' }}", ""),
+    ("max_string_size", "printf-operator-star", "{{ '%*s' % (10**10, 'x') }}", ""),
+    ("max_string_size", "printf-operator-precision", "{{ '%.999999999f' % 1.0 }}", ""),
+    ("max_string_size", "printf-operator-zero", "{{ '%0999999999d' % 1 }}", ""),
+    ("max_string_size", "lipsum", "{{ lipsum(10**6) }}", ""),
+    ("max_string_size", "concat-tilde", BIG + "{{ a ~ a ~ a ~ a ~ a ~ a }}", ""),
+    ("max_string_size", "concat-plus", "{% set a = 'x' * 3 * 10**7 %}{{ a + a }}", ""),
+    ("max_string_size", "concat-doubling",
+     "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}"
+     "{% endfor %}{{ ns.s|length }}", ""),
+    ("max_string_size", "str-of-list-filter", BIG + "{{ ([a] * 1000)|string }}", ""),
+    ("max_string_size", "tojson-of-list", BIG + "{{ ([a] * 1000)|tojson }}", ""),
+    ("max_string_size", "pprint-of-list", BIG + "{{ ([a] * 1000)|pprint }}", ""),
+    ("max_string_size", "printf-filter-of-list", BIG + "{{ '%s'|format([a] * 1000) }}", ""),
+    ("max_string_size", "tojson-shared-list", "{{ ([[1] * 10**6] * 10**6)|tojson }}", ""),
+    # printing a container builds its str() first: refuse before building it
+    (("max_string_size", "max_output_size"), "print-list", BIG + "{{ [a] * 1000 }}", ""),
+    (("max_string_size", "max_output_size"), "print-dict", BIG + "{{ {'k': [a] * 1000} }}", ""),
+    (("max_string_size", "max_output_size"), "print-shared-list", "{{ [[1] * 10**6] * 10**6 }}",
+     ""),
+    (("max_string_size", "max_output_size"), "format-method-of-list",
+     BIG + "{{ '{}'.format([a] * 1000) }}", ""),
+    (("max_string_size", "max_output_size"), "printf-operator-of-list",
+     BIG + "{{ '%s' % ([a] * 1000,) }}", ""),
+    (("max_string_size", "max_output_size"), "concat-of-list", BIG + "{{ 'x' ~ [a] * 1000 }}",
+     ""),
+    # -- max_collection_size ---------------------------------------------------------------
+    ("max_collection_size", "list-times", "{{ [1] * 10**9 }}", ""),
+    ("max_collection_size", "times-list", "{{ 10**9 * [1] }}", ""),
+    ("max_collection_size", "tuple-times", "{{ (1,) * 10**9 }}", ""),
+    ("max_collection_size", "list-plus", "{% set l = [1] * 10**7 %}{{ (l + l)|length }}", ""),
+    ("max_collection_size", "fromkeys", "{{ dict.fromkeys(range(100000)|list * 200)|length }}",
+     ""),
+    ("max_collection_size", "batch-fill", "{{ [1]|batch(10**9, 0)|list|length }}", ""),
+    ("max_collection_size", "slice-fill", "{{ [1]|slice(10**9, 0)|list|length }}", ""),
+    ("max_collection_size", "list-of-string", "{{ ('x' * 2 * 10**7)|list|length }}", ""),
+    # -- max_int_digits --------------------------------------------------------------------
+    ("max_int_digits", "pow", "{{ 2**99999999 }}", ""),
+    ("max_int_digits", "pow-nested", "{{ 10**(10**10) }}", ""),
+    ("max_int_digits", "pow-big-base", "{{ (10**10)**(10**10) }}", ""),
+    ("max_int_digits", "pow-negative-base", "{{ (-2)**99999999 }}", ""),
+    ("max_int_digits", "pow-from-data", "{{ x|int ** 99999999 }}", "{'x': '7'}"),
+    ("max_int_digits", "multiply", "{{ (10**4000) * (10**4000) }}", ""),
+    ("max_int_digits", "squaring",
+     "{% set ns = namespace(n=3) %}{% for i in range(100) %}{% set ns.n = ns.n * ns.n %}"
+     "{% endfor %}{{ ns.n > 1 }}", ""),
+    # `+`/`-` grow integers by one bit per step: some limit must stop a million doublings
+    (FIELDS, "doubling-plus",
+     "{% set ns = namespace(n=1) %}{% for i in range(1000) %}{% for j in range(1000) %}"
+     "{% set ns.n = ns.n + ns.n %}{% endfor %}{% endfor %}{{ ns.n > 1 }}", ""),
+    (FIELDS, "doubling-minus",
+     "{% set ns = namespace(n=1) %}{% for i in range(1000) %}{% for j in range(1000) %}"
+     "{% set ns.n = ns.n - -ns.n %}{% endfor %}{% endfor %}{{ ns.n > 1 }}", ""),
+    ("max_int_digits", "sum-filter",
+     "{% set ns = namespace(l=[1]) %}{% for i in range(20000) %}"
+     "{% set ns.l = [ns.l|sum * 2] %}{% endfor %}{{ ns.l[0] > 1 }}", ""),
+    # -- max_recursion ---------------------------------------------------------------------
+    ("max_recursion", "macro-self", "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", ""),
+    ("max_recursion", "macro-counter",
+     "{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", ""),
+    ("max_recursion", "macro-mutual",
+     "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}",
+     ""),
+    ("max_recursion", "macro-call-block",
+     "{% macro m() %}{% call m() %}{{ caller() }}{% endcall %}{% endmacro %}"
+     "{% call m() %}x{% endcall %}", ""),
+    ("max_recursion", "caller-chain",
+     "{% macro m() %}{{ caller() }}{% endmacro %}"
+     "{% macro r() %}{% call m() %}{{ r() }}{% endcall %}{% endmacro %}{{ r() }}", ""),
+    ("max_recursion", "recursive-loop-same-data",
+     "{% for a in x recursive %}{{ loop(x) }}{% endfor %}", "{'x': [1]}"),
+    ("max_recursion", "recursive-loop-cyclic-data",
+     "{% for a in x recursive %}{% if a is iterable %}{{ loop(a) }}{% else %}{{ a }}{% endif %}"
+     "{% endfor %}", f"{{'x': {CYCLIC}}}"),
+    ("max_recursion", "recursive-loop-deep-data",
+     "{% for a in x recursive %}{% if a is iterable %}{{ loop(a) }}{% endif %}{% endfor %}",
+     f"{{'x': {DEEP_LIST}}}"),
+    ("max_recursion", "tojson-deep-data", "{{ x|tojson }}", f"{{'x': {DEEP_LIST}}}"),
+    ("max_recursion", "tojson-deep-dict", "{{ x|tojson }}", f"{{'x': {DEEP_DICT}}}"),
+    ("max_recursion", "print-deep-data", "{{ x }}", f"{{'x': {DEEP_LIST}}}"),
+    ("max_recursion", "pprint-deep-data", "{{ x|pprint }}", f"{{'x': {DEEP_DICT}}}"),
+    ("max_recursion", "string-deep-data", "{{ x|string }}", f"{{'x': {DEEP_LIST}}}"),
+    ("max_recursion", "built-deep-list-print",
+     "{% set ns = namespace(x=1) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}"
+     "{% endfor %}{{ ns.x }}", ""),
+    ("max_recursion", "built-deep-list-tojson",
+     "{% set ns = namespace(x=1) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}"
+     "{% endfor %}{{ ns.x|tojson }}", ""),
+    ("max_recursion", "built-deep-list-compare",
+     "{% set ns = namespace(x=1, y=1) %}{% for i in range(50000) %}"
+     "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}{{ ns.x == ns.y }}", ""),
+    ("max_recursion", "built-deep-dict-sorted",
+     "{% set ns = namespace(x={}) %}{% for i in range(50000) %}{% set ns.x = {'a': ns.x} %}"
+     "{% endfor %}{{ ns.x|tojson(sort_keys=true) }}", ""),
+    # -- max_nesting -----------------------------------------------------------------------
+    ("max_nesting", "parens", "{{ " + "(" * 10000 + "1" + ")" * 10000 + " }}", ""),
+    ("max_nesting", "brackets", "{{ " + "[" * 10000 + "1" + "]" * 10000 + " }}", ""),
+    ("max_nesting", "braces", "{{ " + "{'a': " * 10000 + "1" + "}" * 10000 + " }}", ""),
+    ("max_nesting", "calls", "{{ " + "f(" * 10000 + ")" * 10000 + " }}", ""),
+    ("max_nesting", "unclosed-parens", "{{ " + "(" * 10000 + " }}", ""),
+    ("max_nesting", "if-blocks", "{% if x %}" * 10000 + "{% endif %}" * 10000, ""),
+    ("max_nesting", "if-unclosed", "{% if x %}" * 10000, ""),
+    ("max_nesting", "for-blocks", "{% for a in [1] %}" * 10000 + "{% endfor %}" * 10000, ""),
+    ("max_nesting", "macro-blocks", "{% macro m() %}" * 10000 + "{% endmacro %}" * 10000, ""),
+    ("max_nesting", "set-blocks", "{% set a %}" * 10000 + "{% endset %}" * 10000, ""),
+    ("max_nesting", "filter-blocks", "{% filter upper %}" * 10000 + "{% endfilter %}" * 10000,
+     ""),
+    ("max_nesting", "plus-chain", "{{ " + "+".join(["1"] * 20000) + " }}", ""),
+    ("max_nesting", "minus-chain", "{{ " + " - ".join(["1"] * 20000) + " }}", ""),
+    ("max_nesting", "and-chain", "{{ " + " and ".join(["x"] * 20000) + " }}", ""),
+    ("max_nesting", "filter-chain", "{{ x" + "|string" * 20000 + " }}", ""),
+    ("max_nesting", "attribute-chain", "{{ x" + ".a" * 20000 + " }}", ""),
+    ("max_nesting", "subscript-chain", "{{ x" + "[0]" * 20000 + " }}", ""),
+    ("max_nesting", "not-chain", "{{ " + "not " * 20000 + "x }}", ""),
+    ("max_nesting", "negation-chain", "{{ " + "-" * 20000 + "1 }}", ""),
+    ("max_nesting", "conditional-chain", "{{ " + "1 if x else " * 20000 + "1 }}", ""),
+    # -- max_steps -------------------------------------------------------------------------
+    ("max_steps", "nested-loops",
+     "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}", ""),
+    ("max_steps", "nested-loops-printing",
+     "{% for a in range(100000) %}{% for b in range(100000) %}{{ b }}{% endfor %}{% endfor %}",
+     ""),
+    ("max_steps", "three-loops",
+     "{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}"
+     "{% endfor %}{% endfor %}{% endfor %}", ""),
+    ("max_steps", "macro-calls",
+     "{% macro m() %}{% endmacro %}{% for a in range(100000) %}{% for b in range(1000) %}"
+     "{{ m() }}{% endfor %}{% endfor %}", ""),
+    ("max_steps", "nested-loops-with-work",
+     "{% for a in range(100000) %}{% for b in range(100000) %}"
+     "{% if b['type'] == 'image' %}{% endif %}{% endfor %}{% endfor %}", ""),
+    ("max_steps", "loop-over-characters",
+     "{% for c in 'x' * 4 * 10**7 %}{% if c['type'] == 'image' %}{% endif %}{% endfor %}", ""),
+    ("max_steps", "loop-filter",
+     "{% for a in range(100000) %}{% for b in range(100000) if b < 0 %}{% endfor %}"
+     "{% endfor %}", ""),
+    # -- max_source_size -------------------------------------------------------------------
+    ("max_source_size", "ten-mb-text", "x" * 10_000_000, ""),
+    ("max_source_size", "ten-mb-of-tags", "{{ x }}" * (10_000_000 // 7), ""),
+    ("max_source_size", "ten-mb-in-one-tag", "{{ [" + "1," * 5_000_000 + "] }}", ""),
+    ("max_source_size", "ten-mb-comment", "{# " + "c" * 10_000_000 + " #}", ""),
+    # -- max_output_size -------------------------------------------------------------------
+    ("max_output_size", "loop-of-long-string",
+     "{% set s = 'x' * 10**6 %}{% for a in range(1000) %}{{ s }}{% endfor %}", ""),
+    ("max_output_size", "loop-of-literal-text",
+     "{% for a in range(100000) %}{% for b in range(100) %}" + "x" * 10000
+     + "{% endfor %}{% endfor %}", ""),
+    ("max_output_size", "one-print-many-values",
+     "{% set s = 'x' * 4 * 10**7 %}{{ s }}{{ s }}{{ s }}{{ s }}{{ s }}{{ s }}", ""),
+    # captured output (macros, blocks) is a string the render built: it is charged to max_steps
+    (("max_output_size", "max_string_size", "max_steps"), "macro-output",
+     "{% macro m() %}{{ 'x' * 10**7 }}{% endmacro %}{% for i in range(100) %}{{ m() }}"
+     "{% endfor %}", ""),
+    (("max_output_size", "max_string_size", "max_steps"), "filter-block",
+     "{% filter upper %}{% for i in range(1000) %}{{ 'x' * 10**6 }}{% endfor %}{% endfilter %}",
+     ""),
+    (("max_output_size", "max_string_size", "max_steps"), "set-block",
+     "{% set s %}{% for i in range(1000) %}{{ 'x' * 10**6 }}{% endfor %}{% endset %}", ""),
+    (("max_output_size", "max_string_size", "max_steps"), "call-block",
+     "{% macro m() %}{{ caller() }}{{ caller() }}{% endmacro %}"
+     "{% call m() %}{% for i in range(200) %}{{ 'x' * 10**6 }}{% endfor %}{% endcall %}", ""),
+    # -- memory or work spread over many steps: SOME limit must stop it --------------------
+    (FIELDS, "many-distinct-strings", BIG + "{{ ([a] * 1000)|map('upper')|list|length }}", ""),
+    (FIELDS, "accumulate-lists",
+     "{% set ns = namespace(x=[]) %}{% for i in range(1000) %}"
+     "{% set ns.x = ns.x + [[1] * 10**7] %}{% endfor %}{{ ns.x|length }}", ""),
+    (FIELDS, "accumulate-strings",
+     "{% set ns = namespace(x=[]) %}{% for i in range(1000) %}"
+     "{% set ns.x = ns.x + ['x' * 10**7 ~ i] %}{% endfor %}{{ ns.x|length }}", ""),
+    (FIELDS, "scan-big-list-in-loop",
+     "{% set l = [0] * 10**7 %}{% for i in range(100000) %}{% if 1 in l %}{% endif %}"
+     "{% endfor %}", ""),
+    (FIELDS, "scan-big-string-in-loop",
+     BIG + "{% for i in range(100000) %}{% if a.count('y') %}{% endif %}{% endfor %}", ""),
+    (FIELDS, "sort-big-list-in-loop",
+     "{% set l = range(100000)|list * 100 %}{% for i in range(10000) %}{{ (l|sort)[0] }}"
+     "{% endfor %}", ""),
+    (FIELDS, "upper-big-string-in-loop",
+     BIG + "{% for i in range(100000) %}{{ (a|upper)[0] }}{% endfor %}", ""),
+]
+
+
+def _field_pattern(fields: Any) -> Tuple[str, ...]:
+    return (fields,) if isinstance(fields, str) else tuple(fields)
+
+
+def _case_id(case: tuple) -> str:
+    fields = _field_pattern(case[0])
+    prefix = "any_limit" if len(fields) > 2 else "|".join(fields)
+    return f"{prefix}-{case[1]}"
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the persistent parse cache out of these tests (and out of the user's home)."""
+    monkeypatch.setenv("MINIJINJA_PY_CACHE", "0")
+
+
+@pytest.mark.parametrize("fields,source,data_expr", [h[:1] + h[2:] for h in HOSTILE],
+                         ids=[_case_id(h) for h in HOSTILE])
+def test_hostile_template_is_stopped_by_a_limit(fields: Any, source: str,
+                                                data_expr: str) -> None:
+    result = run_isolated(source, data_expr=data_expr, timeout=TIMEOUT)
+    assert result.kind == "template_error", result.describe()
+    assert result.is_limit, result.describe()
+    named = re.findall(r"Limits\.(\w+)", result.message)
+    assert named and named[0] in _field_pattern(fields), result.describe()
+    assert result.elapsed < FAST, result.describe()
+    assert result.lineno is not None, "the error is located: " + result.describe()
+
+
+# -- single builtins over the largest allowed inputs: a result or a limit, quickly -------------
+EXPENSIVE = [
+    ("wordwrap-long-word", "{{ ('x' * 10**6)|wordwrap(1)|length }}"),
+    ("wordwrap-long-word-wide", "{{ ('x' * 10**7)|wordwrap(1000)|length }}"),
+    ("wordwrap-many-words", "{{ ('x ' * 10**6)|wordwrap(1)|length }}"),
+    ("groupby-1M", "{{ (range(100000)|list * 10)|groupby('real')|length }}"),
+    ("unique-10M", "{{ (range(100000)|list * 100)|unique|list|length }}"),
+    ("sort-3M-strings", "{{ ('x' * 3 * 10**6)|list|sort|length }}"),
+    ("urlize-long", "{{ ('http://a.b/' * 10**6)|urlize|length }}"),
+    ("striptags-long", "{{ ('<a href=x>' * 10**6)|striptags|length }}"),
+    ("title-long", "{{ ('ab ' * 3 * 10**6)|title|length }}"),
+    ("escape-long", "{{ ('<&>' * 10**7)|e|length }}"),
+    ("replace-many", "{{ ('ab' * 10**7)|replace('a', 'xyz')|length }}"),
+    ("split-join", "{{ ('a,' * 10**7).split(',')|join('-')|length }}"),
+    ("tojson-big-list", "{{ (range(100000)|list * 100)|tojson|length }}"),
+    ("dictsort-big", "{{ dict.fromkeys(range(100000)|list)|dictsort|length }}"),
+    ("pprint-big", "{{ (range(100000)|list * 10)|pprint|length }}"),
+    ("batch-big", "{{ (range(100000)|list * 100)|batch(3)|list|length }}"),
+]
+
+
+@pytest.mark.parametrize("source", [e[1] for e in EXPENSIVE], ids=[e[0] for e in EXPENSIVE])
+def test_expensive_builtin_finishes_in_bounded_time(source: str) -> None:
+    """One filter over the biggest inputs the limits allow: it renders or a limit refuses it,
+    within the same few seconds as any hostile template."""
+    result = run_isolated(source, timeout=TIMEOUT)
+    assert result.kind == "ok" or (result.kind == "template_error" and result.is_limit
+                                   and "out of memory" not in result.message), result.describe()
+    assert result.elapsed < FAST, result.describe()
+
+
+# -- custom limits lower and raise each field --------------------------------------------------
+def _render(source: str, limits: Optional[mj.Limits] = None, **data: Any) -> str:
+    env = mj.chat_environment(limits=limits) if limits is not None else mj.chat_environment()
+    return env.from_string(source).render(**data)
+
+
+def _refused(source: str, field: str, limits: Optional[mj.Limits] = None, **data: Any) -> None:
+    with pytest.raises(mj.LimitExceededError) as info:
+        _render(source, limits, **data)
+    assert f"Limits.{field}" in info.value.message, info.value.message
+
+
+# (field, lowered value, template refused under it but fine under the defaults,
+#  raised value, template refused under the defaults but fine raised, its output)
+ADJUST = [
+    ("max_range", 10, "{{ range(11)|length }}", 10**6, "{{ range(10**6)|length }}", "1000000"),
+    ("max_string_size", 100, "{{ 'x' * 101 }}", 60_000_000, "{{ ('x' * 55_000_000)|length }}",
+     "55000000"),
+    ("max_collection_size", 10, "{{ ([1] * 11)|length }}", 12_000_000,
+     "{{ ([1] * 11_000_000)|length }}", "11000000"),
+    ("max_int_digits", 10, "{{ 10**20 }}", 10_000, "{{ (2**20000) % 1000 }}", "376"),
+    ("max_recursion", 5,
+     "{% macro m(n) %}{% if n %}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(10) }}.", 200,
+     "{% macro m(n) %}{% if n %}{{ m(n - 1) }}{% else %}bottom{% endif %}{% endmacro %}"
+     "{{ m(150) }}", "bottom"),
+    ("max_nesting", 5, "{{ ((((((((1)))))))) }}", 250, "{% if true %}" * 200 + "x"
+     + "{% endif %}" * 200, "x"),
+    # 25 scans of 5,000,000 items: 2.5M steps each (budget.ITEMS_PER_STEP is 2), quick to run
+    ("max_steps", 100, "{% for i in range(200) %}{% endfor %}.", 80_000_000,
+     "{% set l = [0] * 5000000 %}{% for i in range(25) %}{% if 1 in l %}{% endif %}{% endfor %}"
+     "done", "done"),
+    ("max_output_size", 100, "{{ 'x' * 101 }}", None, None, None),
+    ("max_source_size", 100, "x" * 101, 5_000_000, "a" * 3_000_000, "a" * 3_000_000),
+]
+
+
+@pytest.mark.parametrize("field,low,refused,high,accepted,output", ADJUST,
+                         ids=[a[0] for a in ADJUST])
+def test_lowered_limit_fires(field: str, low: int, refused: str, high: Any, accepted: Any,
+                             output: Any) -> None:
+    _render(refused)  # fine under the defaults
+    _refused(refused, field, mj.Limits(**{field: low}))
+
+
+@pytest.mark.parametrize("field,low,refused,high,accepted,output",
+                         [a for a in ADJUST if a[3] is not None],
+                         ids=[a[0] for a in ADJUST if a[3] is not None])
+def test_raised_limit_allows_more(field: str, low: int, refused: str, high: int, accepted: str,
+                                  output: str) -> None:
+    _refused(accepted, field)  # refused under the defaults
+    assert _render(accepted, mj.Limits(**{field: high})) == output
+
+
+def test_limit_exactly_at_the_boundary() -> None:
+    assert _render("{{ range(10)|length }}", mj.Limits(max_range=10)) == "10"
+    assert _render("{{ ('x' * 100)|length }}", mj.Limits(max_string_size=100)) == "100"
+    assert _render("{{ ([1] * 10)|length }}", mj.Limits(max_collection_size=10)) == "10"
+    assert _render("{{ 'x' * 100 }}", mj.Limits(max_output_size=100)) == "x" * 100
+    assert _render("{{ 'x' * 50 }}{{ 'y' * 50 }}", mj.Limits(max_output_size=100)) == (
+        "x" * 50 + "y" * 50)
+    _refused("{{ 'x' * 50 }}{{ 'y' * 51 }}", "max_output_size", mj.Limits(max_output_size=100))
+    _refused("{% for i in range(101) %}x{% endfor %}", "max_output_size",
+             mj.Limits(max_output_size=100))
+
+
+@pytest.mark.parametrize("source", [
+    "{% for i in range(40) %}{{ 'x' * 5 }}{% endfor %}",
+    "{% for i in range(40) %}xxxxx{% endfor %}",
+    "{% macro m() %}xxxxx{% endmacro %}{% for i in range(40) %}{{ m() }}{% endfor %}",
+])
+def test_output_limit_counts_every_kind_of_output(source: str) -> None:
+    assert len(_render(source, mj.Limits(max_output_size=200))) == 200
+    _refused(source, "max_output_size", mj.Limits(max_output_size=199))
+
+
+def test_steps_limit_relative() -> None:
+    # an iteration costs budget.LOOP_STEPS (2) plus its body: 2,500 inner ones cost 5,000;
+    # the 50 outer ones 2 + 7 each (the inner `for` statement and its `range(50)` call)
+    source = "{% for a in range(50) %}{% for b in range(50) %}{% endfor %}{% endfor %}ok"
+    assert _render(source, mj.Limits(max_steps=5450)) == "ok"
+    _refused(source, "max_steps", mj.Limits(max_steps=5449))
+
+
+def test_recursion_limit_relative() -> None:
+    source = ("{% macro m(n) %}{% if n %}{{ m(n - 1) }}{% else %}bottom{% endif %}{% endmacro %}"
+              "{{ m(30) }}")
+    assert _render(source, mj.Limits(max_recursion=40)) == "bottom"
+    _refused(source, "max_recursion", mj.Limits(max_recursion=20))
+
+
+def test_nesting_limit_relative() -> None:
+    source = "{{ " + "(" * 40 + "1" + ")" * 40 + " }}"
+    assert _render(source, mj.Limits(max_nesting=50)) == "1"
+    with pytest.raises(mj.LimitExceededError) as info:
+        mj.chat_environment(limits=mj.Limits(max_nesting=30)).from_string(source)
+    assert "Limits.max_nesting" in info.value.message
+    assert info.value.lineno == 1 and info.value.column is not None
+
+
+@pytest.mark.parametrize("opener,closer,prefix,suffix", [
+    ("{% if true %}", "{% endif %}", "", ""),
+    ("{% for a in [1] %}", "{% endfor %}", "", ""),
+    ("{% filter upper %}", "{% endfilter %}", "", ""),
+    ("{% with %}", "{% endwith %}", "", ""),
+    ("(", ")", "{{ ", " }}"),
+    ("[", "]", "{{ (", ")|length }}"),
+], ids=["if", "for", "filter", "with", "parens", "brackets"])
+def test_raised_nesting_limit_works_for_every_kind_of_nesting(opener: str, closer: str,
+                                                              prefix: str, suffix: str) -> None:
+    """Raising max_nesting lets a trusted template nest deeper: the engine does not give up
+    earlier (e.g. on Python's own recursion limit) and blame the limit that was raised."""
+    depth = 200
+    inner = "1" if prefix else "x"
+    source = prefix + opener * depth + inner + closer * depth + suffix
+    with pytest.raises(mj.LimitExceededError):  # deeper than the default allows
+        mj.chat_environment().from_string(source)
+    assert _render(source, mj.Limits(max_nesting=250)) in ("x", "X", "1")
+
+
+def test_limit_message_says_how_to_raise_it() -> None:
+    with pytest.raises(mj.LimitExceededError) as info:
+        _render("{{ range(10**6) }}")
+    message = info.value.message
+    assert "Limits.max_range=100,000" in message
+    assert "Environment(limits=Limits(max_range=...))" in message
+    assert isinstance(info.value, mj.SecurityError)
+    assert (info.value.lineno, info.value.column) == (1, 4)
+
+
+def test_limits_of_one_environment_do_not_leak_into_another() -> None:
+    strict = mj.chat_environment(limits=mj.Limits(max_string_size=10))
+    loose = mj.chat_environment()
+    with pytest.raises(mj.LimitExceededError):
+        strict.from_string("{{ 'x' * 11 }}").render()
+    assert loose.from_string("{{ 'x' * 11 }}").render() == "x" * 11
+    # a filter or method used outside any render sees the defaults
+    assert loose.from_string("{{ 'x'.ljust(20) }}").render() == "x" + " " * 19
+
+
+# -- the left-associative power of Jinja2 is not a hostile template ------------------------------
+def test_power_is_left_associative_like_jinja2() -> None:
+    from security_support import jinja2_outcome
+
+    for source in ("{{ 10**10**10 }}", "{{ 2**3**2 }}", "{{ 7**7**7**7 }}"):
+        assert ("ok", _render(source)) == jinja2_outcome(source)
+
+
+@pytest.mark.parametrize("source", [
+    "{{ 10**4200 }}",
+    "{{ (10**4200) * 10 }}",
+    "{{ 2**13000 }}",
+    "{{ ('9' * 4300)|int }}",
+    "{{ (10**4299) + (10**4299) }}",
+])
+def test_int_digits_limit_has_no_false_positives(source: str) -> None:
+    """Results within Python's own 4,300-digit limit print exactly as in Jinja2."""
+    from security_support import jinja2_outcome
+
+    assert ("ok", _render(source)) == jinja2_outcome(source)
+
+
+# -- the defaults never fire on real templates and conversations -------------------------------
+needs_corpus = pytest.mark.skipif(not corpus_available(), reason="shared corpus not found")
+SLUGS = corpus_slugs()
+
+
+@needs_corpus
+@pytest.mark.parametrize("slug", SLUGS)
+def test_defaults_do_not_fire_on_the_corpus(slug: str) -> None:
+    env = mj.chat_environment()
+    template = env.from_string(corpus_template(slug), name=f"{slug}.jinja")
+    for name, context in corpus_contexts().items():
+        try:
+            template.render(**json.loads(json.dumps(context)))
+        except mj.LimitExceededError as exc:  # pragma: no cover - the failure being tested
+            pytest.fail(f"{slug} x {name}: {exc}")
+        except mj.TemplateError:
+            pass  # the template's own errors are the corpus comparison's business
+
+
+def _conversation(count: int, content: Optional[str] = None) -> dict:
+    messages = [{"role": ("user", "assistant")[i % 2],
+                 "content": content if content is not None else f"message {i}: lorem ipsum dolor"}
+                for i in range(count)]
+    return {"messages": messages, "add_generation_prompt": True, "bos_token": "<s>",
+            "eos_token": "</s>"}
+
+
+def _result(template: Any, data: dict) -> Tuple[str, Any]:
+    try:
+        return "ok", len(template.render(**data))
+    except mj.TemplateError as exc:
+        assert not isinstance(exc, mj.LimitExceededError), str(exc)
+        return "error", (type(exc).__name__, exc.message)
+
+
+#: A few real templates of the common families (chatml, llama-3, mistral, gemma, phi, qwen).
+LARGE_SLUGS = [s for s in ("cz-chatml", "cz-llama-3-instruct", "axolotl-llama3",
+                           "hfjs-mistralai-mistral-7b-instruct-v0.3", "axolotl-gemma3",
+                           "axolotl-phi-4", "axolotl-qwen2-vl", "ollama-llama4-latest")
+               if s in SLUGS]
+
+
+@needs_corpus
+@pytest.mark.parametrize("slug", LARGE_SLUGS)
+def test_defaults_allow_a_20000_message_conversation(slug: str) -> None:
+    template = mj.chat_environment().from_string(corpus_template(slug))
+    small = _result(template, _conversation(4))
+    large = _result(template, _conversation(20_000))
+    if small[0] == "ok":
+        assert large[0] == "ok", large
+        assert large[1] > 20_000 * 20
+    else:
+        assert large == small
+
+
+@needs_corpus
+@pytest.mark.parametrize("slug", LARGE_SLUGS)
+def test_defaults_allow_a_10_mb_message(slug: str) -> None:
+    template = mj.chat_environment().from_string(corpus_template(slug))
+    small = _result(template, _conversation(1, "hello"))
+    large = _result(template, _conversation(1, "x" * 10_000_000))
+    if small[0] == "ok":
+        assert large[0] == "ok", large
+        assert large[1] >= 10_000_000
+    else:
+        assert large == small
+
+
+@needs_corpus
+def test_defaults_allow_a_10_mb_message_in_a_long_conversation() -> None:
+    for slug in LARGE_SLUGS[:3]:
+        template = mj.chat_environment().from_string(corpus_template(slug))
+        data = _conversation(2_000)
+        data["messages"][-2]["content"] = "y" * 10_000_000
+        assert _result(template, data)[0] == "ok"
