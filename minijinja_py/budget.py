@@ -21,7 +21,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Iterable
+    from typing import Any, Callable, Iterable, Optional
 
 from . import nodes as n
 
@@ -48,17 +48,28 @@ ITEMS_SHIFT = 1
 CHARS_PER_STEP = 1 << CHARS_SHIFT
 ITEMS_PER_STEP = 1 << ITEMS_SHIFT
 
-#: How many times its input's size (in steps) a filter costs. Filters that only look at an end
-#: or the length of their input are free; those calling Python code per item (sorting with
-#: a key, attribute lookups, tests) cost more. Unlisted filters cost 1; their result, when it
-#: is a new string or list, is charged once more (it was built).
+#: How many times its input's size (see size_cost) a filter costs: work done at C speed on
+#: characters or items. Filters that only look at an end or the length of their input are
+#: free; ``tojson``, ``pprint`` and ``string`` charge what they serialise themselves (nested data
+#: counts). Unlisted filters cost 1; their result, when it is a new string or list, is charged
+#: once more (it was built).
 FILTER_WEIGHTS = {
     "length": 0, "count": 0, "first": 0, "last": 0, "default": 0, "d": 0, "attr": 0,
     "random": 0, "abs": 0, "safe": 0, "int": 0, "float": 0, "round": 0, "items": 0,
-    "sort": 16, "dictsort": 16, "groupby": 16, "unique": 4, "min": 4, "max": 4, "sum": 2,
-    "map": 4, "select": 4, "reject": 4, "selectattr": 4, "rejectattr": 4, "tojson": 4,
-    "pprint": 4, "wordwrap": 4, "urlize": 8, "striptags": 4, "title": 2, "xmlattr": 4,
+    "urlize": 8, "striptags": 4, "title": 2, "wordwrap": 4, "tojson": 0, "pprint": 0,
+    # charged per item as they run (ITEM_STEPS): their input may be lazy, of unknown size
+    "map": 0, "select": 0, "reject": 0, "selectattr": 0, "rejectattr": 0,
 }
+#: Steps per item (per character of a string) for filters running Python code on every item:
+#: sorting with a key, grouping, serialising, comparing.
+FILTER_ITEM_STEPS = {
+    "sort": 10, "dictsort": 10, "groupby": 10, "unique": 3, "min": 2, "max": 2, "sum": 2,
+    "batch": 2, "slice": 2, "xmlattr": 10, "join": 1, "list": 1,
+    "reverse": 1, "string": 0,
+}
+#: Steps per item that ``map``/``select``/``reject``/``selectattr``/``rejectattr`` process (an
+#: attribute lookup or a filter/test call on each: up to four microseconds).
+ITEM_STEPS = 30
 #: The same for methods called on str, list and dict values (unlisted: 1).
 METHOD_WEIGHTS = {
     "get": 0, "keys": 0, "values": 0, "items": 0, "startswith": 0, "endswith": 0,
@@ -77,6 +88,29 @@ def size_cost(value: Any) -> int:
     if kind is list or kind is tuple or kind is dict:
         return len(value) >> ITEMS_SHIFT
     return 0
+
+
+def item_count(value: Any) -> int:
+    """Items (characters of a string) a filter iterating over ``value`` visits."""
+    kind = type(value)
+    if kind is str or kind is list or kind is tuple or kind is dict:
+        return len(value)
+    return 0
+
+
+def filter_input_cost(name: str) -> Optional[Callable[[Any], int]]:
+    """The function pricing what the filter ``name`` does with its input, None when free."""
+    per_item = FILTER_ITEM_STEPS.get(name)
+    if per_item is not None:
+        if not per_item:
+            return None
+        return lambda value: item_count(value) * per_item
+    weight = FILTER_WEIGHTS.get(name, 1)
+    if not weight:
+        return None
+    if weight == 1:
+        return size_cost
+    return lambda value: size_cost(value) * weight
 
 
 def body_cost(statements: Iterable[Any]) -> int:

@@ -25,7 +25,7 @@ from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, TemplateTypeError, wrap_python_error)
 from .arith import apply as arith_apply
-from .budget import (CALL_STEPS, CHARS_SHIFT, FILTER_WEIGHTS, ITEMS_SHIFT, METHOD_WEIGHTS,
+from .budget import (CALL_STEPS, CHARS_SHIFT, ITEMS_SHIFT, METHOD_WEIGHTS, filter_input_cost,
                      FILTERED_ITEM_STEPS, LOOP_STEPS, SLOW_LOOKUP_STEPS, body_cost,
                      size_cost)
 from .limits import check_string_size
@@ -1137,15 +1137,15 @@ class Compiler:
         env = self.env
         name = node.name
         pass_env = function is not None and wants_environment(function)
-        weight = FILTER_WEIGHTS.get(name, 1)
+        input_cost = filter_input_cost(name)
 
         if not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs) and \
                 function is not None:
             def apply_without_arguments(scope: Scope, value: Any) -> Any:
-                if weight:
-                    cost = size_cost(value)
+                if input_cost is not None:
+                    cost = input_cost(value)
                     if cost:
-                        _charge(scope, cost * weight, node)
+                        _charge(scope, cost, node)
                 try:
                     result = function(env, value) if pass_env else function(value)
                 except Exception as exc:
@@ -1162,10 +1162,10 @@ class Compiler:
             positional, keywords = args(scope)
             if function is None:
                 raise _locate(TemplateRuntimeError(f"No filter named {name!r} found."), node)
-            if weight:
-                cost = size_cost(value)
+            if input_cost is not None:
+                cost = input_cost(value)
                 if cost:
-                    _charge(scope, cost * weight, node)
+                    _charge(scope, cost, node)
             try:
                 if pass_env:
                     result = function(env, value, *positional, **keywords)

@@ -17,10 +17,10 @@ from . import limits as _limits
 from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
 from .exceptions import TemplateError, wrap_python_error
-from .budget import CALL_STEPS, FILTER_WEIGHTS, size_cost
+from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
 from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
-                      TemplateReference, Undefined, raise_template_error)
+                      TemplateReference, Undefined, raise_template_error, wants_environment)
 from .sandbox import Sandbox
 
 _CACHE_SIZE = 400
@@ -144,15 +144,15 @@ class Environment:
 
     def _call_table(self, kind: str, table: Dict[str, Any], name: str, value: Any,
                     args: tuple, kwargs: Optional[Mapping[str, Any]]) -> Any:
-        from .exceptions import TemplateRuntimeError
-        from .runtime import wants_environment
-
         function = table.get(name)
         if function is None:
+            from .exceptions import TemplateRuntimeError
+
             raise TemplateRuntimeError(f"No {kind} named {name!r}.")
         # `map('upper')` and `select('in', big)` call filters per item: charged per call,
         # as the template's own filter calls are (budget.py)
-        _limits.charge(CALL_STEPS // 3 + size_cost(value) * FILTER_WEIGHTS.get(name, 1)
+        input_cost = filter_input_cost(name) if kind == "filter" else None
+        _limits.charge(CALL_STEPS // 3 + (input_cost(value) if input_cost is not None else 0)
                        + sum(map(size_cost, args)))
         if wants_environment(function):
             result = function(self, value, *args, **(kwargs or {}))

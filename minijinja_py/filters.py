@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .exceptions import FilterArgumentError
-from .budget import CHARS_SHIFT
+from .budget import CHARS_SHIFT, ITEM_STEPS
 from .limits import charge, check_collection_size, check_string_size, current_limits
 from .markup import Markup, escape
 from .runtime import (MISSING, BoundMethod, ChainableUndefined, LazySequence, Undefined,
@@ -265,16 +265,21 @@ def _tree_text_size(value: Any, max_depth: int, per_item: int, indent: int,
 
 def _check_serialised_size(value: Any, what: str, item_sep: int = 2, key_sep: int = 2,
                            indent: Optional[int] = None, ascii_only: bool = False) -> None:
-    """Refuse serialising ``value`` when the text would exceed the limits (fast path first)."""
+    """Refuse serialising ``value`` when the text would exceed the limits (fast path first).
+
+    Measuring walks the data in Python and serialising it runs at C speed: together about a
+    step per four characters of the text, charged here before either happens.
+    """
     limits = current_limits()
     try:
         size = _tree_text_size(value, limits.max_recursion, item_sep + key_sep, indent or 0,
                                ascii_only)
     except _NotATree:
-        _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
-        return
-    if size > limits.max_string_size:
-        _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+        size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+    else:
+        if size > limits.max_string_size:
+            size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+    charge(size >> 2)
 
 
 def check_str_size(value: Any) -> None:
@@ -1203,6 +1208,7 @@ def do_map(env: Any, value: Any, *args: Any, **kwargs: Any) -> LazySequence:
             return
         function = _map_function(env, args, kwargs)
         for item in value:
+            charge(ITEM_STEPS)
             yield function(item)
 
     return LazySequence(mapped(), "sync_do_map")
@@ -1236,6 +1242,7 @@ def _filtered(env: Any, value: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any
             return
         predicate = _predicate(env, args, kwargs, by_attribute)
         for item in value:
+            charge(ITEM_STEPS)
             if bool(predicate(item)) is keep:
                 yield item
 
@@ -1333,7 +1340,8 @@ def do_pprint(value: Any) -> str:
     import pprint as _pprint
 
     limits = current_limits()
-    _estimate_text_size(value, "pprint", 2, 2, 1)
+    # pformat runs Python code for every element: about a step per character it prints
+    charge(_estimate_text_size(value, "pprint", 2, 2, 1))
     try:
         return _pprint.pformat(value)
     except RecursionError:
