@@ -25,6 +25,7 @@ from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, TemplateTypeError, wrap_python_error)
 from .arith import apply as arith_apply
+from .codegen import HOT_ITERATIONS, generate as generate_body
 from .budget import (CALL_STEPS, CHARS_SHIFT, ITEMS_SHIFT, METHOD_WEIGHTS, filter_input_cost,
                      FILTERED_ITEM_STEPS, LOOP_STEPS, SLOW_LOOKUP_STEPS, body_cost,
                      size_cost)
@@ -199,7 +200,11 @@ class Compiler:
     def body(self, statements: List[n.Node]) -> Stmt:
         compiled = [self.stmt(s) for s in statements]
         if not compiled:
-            return lambda scope, out: None
+            def nothing(scope: Scope, out: list) -> None:
+                return None
+
+            nothing.spec = ("body", [])  # type: ignore[attr-defined]  # see codegen.py
+            return nothing
         if len(compiled) == 1:
             return compiled[0]
 
@@ -210,6 +215,7 @@ class Compiler:
                     return signal
             return None
 
+        run_body.spec = ("body", compiled)  # type: ignore[attr-defined]
         return run_body
 
     # -- statements ----------------------------------------------------------------------
@@ -237,6 +243,7 @@ class Compiler:
                 ctx = scope.ctx
                 ctx.output_size += size
 
+            output_text.spec = ("text", text)  # type: ignore[attr-defined]
             return output_text
 
         if len(items) == 1 and hasattr(items[0][1][0], "output"):
@@ -258,6 +265,7 @@ class Compiler:
                     raise _locate(ctx.limits.exceeded(
                         "max_output_size", "rendered output too large"), expression_node)
 
+            output_one.spec = ("print", items, expression_node)  # type: ignore[attr-defined]
             return output_one
 
         def output(scope: Scope, out: list) -> None:
@@ -281,6 +289,7 @@ class Compiler:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
+        output.spec = ("print", items, node)  # type: ignore[attr-defined]
         return output
 
     def escaped_output(self, node: n.Node) -> Stmt:
@@ -347,6 +356,7 @@ class Compiler:
                 return else_(scope, out)
             return None
 
+        if_stmt.spec = ("if", branches, else_, node)  # type: ignore[attr-defined]
         return if_stmt
 
     def truth(self, node: n.Node) -> Expr:
@@ -362,6 +372,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        test.spec = ("truth", value, node)  # type: ignore[attr-defined]
         return test
 
     def s_for(self, node: n.Node) -> Stmt:
@@ -393,6 +404,12 @@ class Compiler:
         fast_path = reuse_scope and not body_assigns and simple_name is not None and \
             else_ is None
         iteration_cost = LOOP_STEPS + body_cost(node.body)
+        generated: List[Stmt] = []  # the body compiled to Python, once a loop runs it a lot
+
+        def hot_body() -> Stmt:
+            if not generated:
+                generated.append(generate_body(body))
+            return generated[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
@@ -436,6 +453,7 @@ class Compiler:
                 return run_simple(scope, out, items, loop, ctx)
             completed = False  # Jinja2 runs `else` unless some iteration reached its end
             shared = Scope({}, scope, ctx) if reuse_scope else None
+            run_body = hot_body() if len(items) >= HOT_ITERATIONS else body
             for item in items:
                 ctx.steps += iteration_cost
                 if ctx.steps > ctx.max_steps or ctx.output_size > ctx.max_output:
@@ -465,7 +483,7 @@ class Compiler:
                         variables["loop"] = loop
                     inner = Scope(variables, scope, ctx)
                     assign(inner, item)
-                signal = body(inner, out)
+                signal = run_body(inner, out)
                 if signal is None:
                     completed = True
                 elif signal is BREAK:
@@ -487,12 +505,13 @@ class Compiler:
                 variables["loop"] = loop
             max_output = ctx.max_output
             max_steps = ctx.max_steps
+            run_body = hot_body() if len(items) >= HOT_ITERATIONS else body
             remaining = iter(items)
             for item in remaining:
                 if loop is not None:
                     loop.index0 += 1
                 variables[simple_name] = item
-                signal = body(inner, out)
+                signal = run_body(inner, out)
                 if signal is BREAK:
                     ctx.steps -= operator.length_hint(remaining) * iteration_cost
                     break
@@ -770,10 +789,18 @@ class Compiler:
         return scoped
 
     def s_break(self, node: n.Node) -> Stmt:
-        return lambda scope, out: BREAK
+        def break_(scope: Scope, out: list) -> str:
+            return BREAK
+
+        break_.spec = ("break",)  # type: ignore[attr-defined]
+        return break_
 
     def s_continue(self, node: n.Node) -> Stmt:
-        return lambda scope, out: CONTINUE
+        def continue_(scope: Scope, out: list) -> str:
+            return CONTINUE
+
+        continue_.spec = ("continue",)  # type: ignore[attr-defined]
+        return continue_
 
     def s_generation(self, node: n.Node) -> Stmt:
         # transformers implements the tag as a call block: its body is a frame of its own.
@@ -807,12 +834,21 @@ class Compiler:
     # -- expressions ---------------------------------------------------------------------
     def e_const(self, node: n.Node) -> Expr:
         value = node.value
-        return lambda scope: value
+
+        def const(scope: Scope) -> Any:
+            return value
+
+        const.spec = ("const", value)  # type: ignore[attr-defined]
+        return const
 
     def e_name(self, node: n.Node) -> Expr:
         name = node.name
         if self.is_local(name):
-            return lambda scope: scope.vars[name]
+            def load_local(scope: Scope) -> Any:
+                return scope.vars[name]
+
+            load_local.spec = ("local", name)  # type: ignore[attr-defined]
+            return load_local
 
         def load(scope: Scope) -> Any:
             current: Optional[Scope] = scope
@@ -881,6 +917,9 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        if not is_dict_method:
+            get_attribute.spec = (  # type: ignore[attr-defined]
+                "lookup", obj_of, name, _slow_lookup(sandbox.getattr, name, node))
         return get_attribute
 
     # The closures below repeat the scope walk of e_name and the dict fast path of
@@ -905,6 +944,9 @@ class Compiler:
                 except Exception as exc:
                     raise _locate(exc, node) from exc
 
+            get_attribute_of_local.spec = (  # type: ignore[attr-defined]
+                "lookup", _local_loader(variable), name,
+                _slow_lookup(sandbox.getattr, name, node))
             return get_attribute_of_local
 
         def get_attribute_of_name(scope: Scope) -> Any:
@@ -949,6 +991,10 @@ class Compiler:
                 except Exception as exc:
                     raise _locate(exc, node) from exc
 
+            if type(key) is str:
+                get_item_of_local.spec = (  # type: ignore[attr-defined]
+                    "lookup", _local_loader(variable), key,
+                    _slow_lookup(sandbox.getitem, key, node))
             return get_item_of_local
 
         def get_item_of_name(scope: Scope) -> Any:
@@ -1010,6 +1056,9 @@ class Compiler:
                 except Exception as exc:
                     raise _locate(exc, node) from exc
 
+            if type(constant) is str:
+                get_constant_item.spec = (  # type: ignore[attr-defined]
+                    "lookup", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node))
             return get_constant_item
         key_of = self.expr(node.arg)
 
@@ -1358,31 +1407,37 @@ class Compiler:
                     append(other)
                     size += len(other)
                     continue
-                if position == 0:
-                    value = add_slowly(other, 0, scope)
-                else:
-                    link = steps[position - 1][2]
-                    try:
-                        joined = _join_checked(out[start:])
-                        del out[start:]
-                        value = arith_apply("+", joined, other)
-                    except TemplateError as exc:
-                        exc._locate(link.lineno, link.column)
-                        raise
-                    except Exception as exc:
-                        raise _locate(exc, link) from exc
-                    value = add_slowly(value, position, scope)
-                break
+                return finish_sum(scope, out, start, position, other)
+            ctx = scope.ctx
+            ctx.output_size += size
+            if size > 1_000_000:
+                sum_too_big(ctx, size)
+
+        def sum_too_big(ctx: RenderContext, size: int) -> None:
+            """The sum printed is a string the template made: its size limit applies."""
+            try:
+                check_string_size(size)
+                ctx.check_output()
+            except TemplateError as exc:
+                raise _locate(exc, node) from None
+
+        def finish_sum(scope: Scope, out: list, start: int, position: int, other: Any) -> None:
+            """Operand ``position`` is not a str: fold what was emitted since ``start`` and
+            go on with Python's `+` from there."""
+            if position == 0:
+                value = add_slowly(other, 0, scope)
             else:
-                ctx = scope.ctx
-                ctx.output_size += size
-                if size > 1_000_000:  # the sum printed is a string the template made
-                    try:
-                        check_string_size(size)
-                        ctx.check_output()
-                    except TemplateError as exc:
-                        raise _locate(exc, node) from None
-                return
+                link = steps[position - 1][2]
+                try:
+                    joined = _join_checked(out[start:])
+                    del out[start:]
+                    value = arith_apply("+", joined, other)
+                except TemplateError as exc:
+                    exc._locate(link.lineno, link.column)
+                    raise
+                except Exception as exc:
+                    raise _locate(exc, link) from exc
+                value = add_slowly(value, position, scope)
             if type(value) is not str:
                 try:
                     value = _to_text(value)
@@ -1395,6 +1450,8 @@ class Compiler:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
+        output_sum.spec = (  # type: ignore[attr-defined]  # see codegen.py
+            "sum_print", parts, finish_sum, sum_too_big)
         add.output = output_sum  # type: ignore[attr-defined]  # used by {{ a + b }}
         return add
 
@@ -1443,6 +1500,8 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, node) from exc
 
+                local_equals_string.spec = (  # type: ignore[attr-defined]
+                    "eq_str", first, constant, negate)
                 return local_equals_string
             if op == "==" and constant is not MISSING and type(constant) is str:
                 def equals_string(scope: Scope) -> Any:
@@ -1454,6 +1513,7 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, node) from exc
 
+                equals_string.spec = ("eq_str", first, constant, False)  # type: ignore
                 return equals_string
 
             if op in ("in", "notin"):
@@ -1479,6 +1539,23 @@ class Compiler:
                         raise _locate(exc, node) from exc
                     return not found if negate else found
 
+                def check_contains(left: Any, right: Any, scope: Scope) -> bool:
+                    kind = type(right)
+                    try:
+                        if kind is str:
+                            if len(right) >> CHARS_SHIFT:
+                                scope.ctx.charge(len(right) >> CHARS_SHIFT)
+                        elif (kind is list or kind is tuple) and len(right) >> ITEMS_SHIFT:
+                            scope.ctx.charge(len(right) >> ITEMS_SHIFT)
+                        return left in right
+                    except TemplateError as exc:
+                        exc._locate(node.lineno, node.column)
+                        raise
+                    except Exception as exc:
+                        raise _locate(exc, node) from exc
+
+                contains.spec = (  # type: ignore[attr-defined]
+                    "contains", first, second, negate, check_contains)
                 return contains
 
             def compare_once(scope: Scope) -> Any:
@@ -1517,6 +1594,7 @@ class Compiler:
                 raise _locate(exc, node) from exc
             return right(scope) if truth else value
 
+        and_.spec = ("and", left, right, node)  # type: ignore[attr-defined]
         return and_
 
     def e_or(self, node: n.Node) -> Expr:
@@ -1531,11 +1609,17 @@ class Compiler:
                 raise _locate(exc, node) from exc
             return value if truth else right(scope)
 
+        or_.spec = ("or", left, right, node)  # type: ignore[attr-defined]
         return or_
 
     def e_not(self, node: n.Node) -> Expr:
         value = self.truth(node.node)
-        return lambda scope: not value(scope)
+
+        def not_(scope: Scope) -> bool:
+            return not value(scope)
+
+        not_.spec = ("not", value)  # type: ignore[attr-defined]
+        return not_
 
     def _unary(self, node: n.Node, function: Callable[[Any], Any]) -> Expr:
         operand = self.expr(node.node)
@@ -1557,6 +1641,29 @@ class Compiler:
 
     def e_slice(self, node: n.Node) -> Expr:
         raise TemplateSyntaxError("a slice is only allowed inside []", node.lineno, node.column)
+
+
+def _local_loader(name: str) -> Expr:
+    """``scope.vars[name]`` for a name bound in the current scope (codegen reads the spec)."""
+    def load_local(scope: Scope) -> Any:
+        return scope.vars[name]
+
+    load_local.spec = ("local", name)  # type: ignore[attr-defined]
+    return load_local
+
+
+def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
+                 ) -> Callable[[Any, Scope], Any]:
+    """The sandbox path of a lookup closure, for an object that is not a dict holding ``key``
+    (codegen.py inlines the dict hit and calls this otherwise)."""
+    def slow(obj: Any, scope: Scope) -> Any:
+        try:
+            scope.ctx.steps += SLOW_LOOKUP_STEPS
+            return lookup(obj, key)
+        except Exception as exc:
+            raise _locate(exc, node) from exc
+
+    return slow
 
 
 def _charge(scope: Scope, steps: int, node: n.Node) -> None:

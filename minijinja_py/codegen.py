@@ -1,0 +1,278 @@
+"""Hot loop bodies compiled to Python source: the closures' fast paths, inlined.
+
+The compiler turns every node into a closure; a loop body then costs a Python call per
+statement and per operand. For bodies that run many times (a loop over a long conversation),
+this module writes one Python function doing what those closures do, with their fast paths
+(``message['role']`` read straight from a dict, string comparisons, ``if`` tests, printing)
+written out inline, and every other node still calling its closure. Nothing here decides
+semantics: each closure carries a ``spec`` describing its own fast path (attached where the
+compiler creates it), and the code below reproduces exactly that fast path and falls back to
+the same slow path the closure takes. Closures without a spec are simply called.
+
+The function is built the first time a loop runs long enough to pay for ``compile()``
+(:data:`HOT_ITERATIONS`), once per compiled template.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, List
+
+from .exceptions import TemplateError, wrap_python_error
+from .runtime import MISSING
+
+#: A loop body is compiled to Python once a loop over this many items runs it.
+HOT_ITERATIONS = 8
+#: Bodies with more statements than this (after inlining) stay closures: compiling huge
+#: functions costs more than it saves.
+MAX_LINES = 400
+MAX_DEPTH = 12
+
+
+def _located(exc: BaseException, node: Any) -> TemplateError:
+    err = wrap_python_error(exc)
+    err._locate(node.lineno, node.column)
+    return err
+
+
+def _truthy(value: Any, node: Any) -> bool:
+    """``bool(value)`` as a template test: errors (a StrictUndefined) are located."""
+    try:
+        return bool(value)
+    except Exception as exc:
+        raise _located(exc, node) from exc
+
+
+def _text(value: Any, node: Any) -> str:
+    from .compiler import _to_text
+
+    try:
+        return _to_text(value)
+    except Exception as exc:
+        raise _located(exc, node) from exc
+
+
+def _output_overflow(ctx: Any, node: Any) -> None:
+    raise _located(ctx.limits.exceeded("max_output_size", "rendered output too large"), node)
+
+
+def _locate_statement(exc: BaseException, node: Any) -> TemplateError:
+    if isinstance(exc, TemplateError):
+        exc._locate(node.lineno, node.column)
+        return exc
+    return _located(exc, node)
+
+
+class _Writer:
+    """Python source for one body, and the objects it refers to by name."""
+
+    def __init__(self) -> None:
+        self.lines: List[str] = []
+        self.names: Dict[str, Any] = {"_M": MISSING, "_truthy": _truthy, "_text": _text,
+                                      "_overflow": _output_overflow,
+                                      "_locate_statement": _locate_statement}
+        self.ids: Dict[int, str] = {}
+        self.temporaries = 0
+
+    def ref(self, obj: Any) -> str:
+        """A name for ``obj`` in the generated code."""
+        name = self.ids.get(id(obj))
+        if name is None:
+            name = self.ids[id(obj)] = f"_k{len(self.ids)}"
+            self.names[name] = obj
+        return name
+
+    def temporary(self) -> str:
+        self.temporaries += 1
+        return f"_t{self.temporaries}"
+
+    def line(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+
+# -- expressions ----------------------------------------------------------------------------
+def _expr(w: _Writer, closure: Any) -> str:
+    """A Python expression with the value of ``closure(scope)``."""
+    spec = getattr(closure, "spec", None)
+    if spec is None:
+        return f"{w.ref(closure)}(scope)"
+    kind = spec[0]
+    if kind == "const":
+        return w.ref(spec[1]) if not isinstance(spec[1], (bool, type(None))) else repr(spec[1])
+    if kind == "local":
+        return f"vars[{spec[1]!r}]"
+    if kind == "lookup":
+        # obj = <operand>; a dict hit is the value, anything else the closure's slow path
+        _, operand, key, slow = spec
+        obj, value = w.temporary(), w.temporary()
+        k = w.ref(key)
+        return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
+                f"else {w.ref(slow)}({obj}, scope))")
+    if kind == "eq_str":
+        _, operand, constant, negate = spec
+        return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"
+    if kind == "contains":
+        _, left, right, negate, check = spec
+        found = f"{w.ref(check)}({_expr(w, left)}, {_expr(w, right)}, scope)"
+        return f"(not {found})" if negate else found
+    if kind in ("and", "or"):
+        _, left, right, node = spec
+        value = w.temporary()
+        truth = (f"({value} := {_expr(w, left)}) is True or ({value} is not False and "
+                 f"_truthy({value}, {w.ref(node)}))")
+        if kind == "or":
+            return f"({value} if {truth} else {_expr(w, right)})"
+        return f"({_expr(w, right)} if {truth} else {value})"
+    if kind == "not":
+        return f"(not {_expr(w, spec[1])})"
+    if kind == "truth":
+        _, operand, node = spec
+        value = w.temporary()
+        return (f"({value} if ({value} := {_expr(w, operand)}) is True or {value} is False "
+                f"else _truthy({value}, {w.ref(node)}))")
+    return f"{w.ref(closure)}(scope)"
+
+
+def _condition(w: _Writer, closure: Any, node: Any) -> str:
+    """A Python condition: the truth of ``closure(scope)`` as an ``if`` tests it, with
+    errors of ``bool()`` located at ``node``.
+
+    Only the truth matters here, so ``and``/``or``/``not`` become Python's own operators on
+    the truth of their operands: the same operands are evaluated in the same order, and each
+    ``bool()`` happens where the closures would call it (``or``'s left operand at the ``or``,
+    the value it returns where the ``if`` tests it).
+    """
+    spec = getattr(closure, "spec", None)
+    kind = spec[0] if spec is not None else None
+    if kind == "or" or kind == "and":
+        _, left, right, own = spec
+        return (f"({_condition(w, left, own)} {kind} {_condition(w, right, node)})")
+    if kind == "not":
+        return f"(not {_condition(w, spec[1], node)})"
+    if kind == "truth":
+        return _condition(w, spec[1], spec[2])
+    value = w.temporary()
+    return (f"(({value} := {_expr(w, closure)}) is True or ({value} is not False and "
+            f"({value} != '' if type({value}) is str else _truthy({value}, {w.ref(node)}))))")
+
+
+# -- statements -----------------------------------------------------------------------------
+def _statement(w: _Writer, closure: Any, depth: int) -> None:
+    spec = getattr(closure, "spec", None)
+    # Python allows 20 nested blocks; deeper statements stay calls
+    kind = spec[0] if spec is not None and depth < MAX_DEPTH else None
+    if kind == "body":
+        for statement in spec[1]:
+            _statement(w, statement, depth)
+        return
+    if kind == "text":
+        w.line(depth, f"append({w.ref(spec[1])})")
+        w.line(depth, f"ctx.output_size += {len(spec[1])}")
+        return
+    if kind == "break":
+        w.line(depth, "return 'break'")
+        return
+    if kind == "continue":
+        w.line(depth, "return 'continue'")
+        return
+    if kind == "print":
+        _, items, node = spec
+        w.line(depth, "try:")
+        for is_text, item in items:
+            if is_text:
+                w.line(depth + 1, f"append({w.ref(item)})")
+                w.line(depth + 1, f"ctx.output_size += {len(item)}")
+                continue
+            expression, expression_node = item
+            value = w.temporary()
+            w.line(depth + 1, f"{value} = {_expr(w, expression)}")
+            w.line(depth + 1, f"if type({value}) is not str:")
+            w.line(depth + 2, f"{value} = _text({value}, {w.ref(expression_node)})")
+            w.line(depth + 1, f"append({value})")
+            w.line(depth + 1, f"ctx.output_size += len({value})")
+        w.line(depth, "except Exception as exc:")
+        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
+        w.line(depth, "if ctx.output_size > ctx.max_output:")
+        w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
+        return
+    if kind == "sum_print":
+        _sum_print(w, spec, depth)
+        return
+    if kind == "if":
+        _, branches, else_, node = spec
+        w.line(depth, "try:")
+        for index, (test, body, test_node) in enumerate(branches):
+            keyword = "if" if index == 0 else "elif"
+            w.line(depth + 1, f"{keyword} {_condition(w, test, test_node)}:")
+            w.line(depth + 2, "pass")
+            _statement(w, body, depth + 2)
+        if else_ is not None:
+            w.line(depth + 1, "else:")
+            w.line(depth + 2, "pass")
+            _statement(w, else_, depth + 2)
+        w.line(depth, "except Exception as exc:")
+        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
+        return
+    signal = w.temporary()
+    w.line(depth, f"{signal} = {w.ref(closure)}(scope, out)")
+    w.line(depth, f"if {signal} is not None:")
+    w.line(depth + 1, f"return {signal}")
+
+
+def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
+    """``{{ a + b + ... }}``: str operands go straight to the output, left to right; the first
+    operand that is not a str hands over to the closure's own ``finish`` (Python's `+`)."""
+    _, parts, finish, too_big = spec
+    start, size = w.temporary(), w.temporary()
+    static = 0
+    sizes = []
+    w.line(depth, f"{start} = len(out)")
+    w.line(depth, "while True:")
+    for text, variable, key, operand, position in parts:
+        if text is not None:
+            w.line(depth + 1, f"append({w.ref(text)})")
+            static += len(text)
+            continue
+        value = w.temporary()
+        if variable is not None:
+            obj = w.temporary()
+            k = w.ref(key)
+            w.line(depth + 1, f"{value} = ({obj}[{k}] if type({obj} := vars[{variable!r}]) is "
+                              f"dict and {k} in {obj} else {w.ref(operand)}(scope))")
+        else:
+            w.line(depth + 1, f"{value} = {_expr(w, operand)}")
+        w.line(depth + 1, f"if type({value}) is not str:")
+        w.line(depth + 2, f"{w.ref(finish)}(scope, out, {start}, {position}, {value})")
+        w.line(depth + 2, "break")
+        w.line(depth + 1, f"append({value})")
+        sizes.append(f"len({value})")
+    w.line(depth + 1, f"{size} = {' + '.join([str(static)] + sizes)}")
+    w.line(depth + 1, f"ctx.output_size += {size}")
+    w.line(depth + 1, f"if {size} > 1000000:")
+    w.line(depth + 2, f"{w.ref(too_big)}(ctx, {size})")
+    w.line(depth + 1, "break")
+
+
+def generate(body: Callable[..., Any]) -> Callable[..., Any]:
+    """A Python function doing what the statement closure ``body`` does; ``body`` itself when
+    it has nothing to inline or would be too big."""
+    spec = getattr(body, "spec", None)
+    if spec is None:
+        return body
+    w = _Writer()
+    w.line(0, "def generated_body(scope, out):")  # parameters added below
+    w.line(1, "vars = scope.vars")
+    w.line(1, "ctx = scope.ctx")
+    w.line(1, "append = out.append")
+    _statement(w, body, 1)
+    w.line(1, "return None")
+    if len(w.lines) > MAX_LINES:
+        return body
+    namespace = dict(w.names)
+    try:
+        code = compile("\n".join(w.lines), "<minijinja_py loop body>", "exec")
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # pragma: no cover
+        return body  # the closures work anyway
+    exec(code, namespace)
+    return namespace["generated_body"]
