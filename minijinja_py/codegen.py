@@ -44,11 +44,20 @@ def _truthy(value: Any, node: Any) -> bool:
         raise _located(exc, node) from exc
 
 
-def _text(value: Any, node: Any) -> str:
-    from .compiler import _to_text
+def to_text(value: Any) -> str:
+    """``str(value)`` for output and ``~``; containers are size-checked first, since a list
+    holding one long string many times prints far larger than it is in memory."""
+    if type(value) in (list, dict, tuple):
+        from .filters import check_str_size
 
+        check_str_size(value)
+    return str(value)
+
+
+def _text(value: Any, node: Any) -> str:
+    """How a non-str value prints, errors located."""
     try:
-        return _to_text(value)
+        return to_text(value)
     except Exception as exc:
         raise _located(exc, node) from exc
 
@@ -74,6 +83,44 @@ class _Writer:
                                       "_locate_statement": _locate_statement}
         self.ids: Dict[int, str] = {}
         self.temporaries = 0
+        # Local variables read once at the top (when nothing in the body can rebind them):
+        # name -> (value, "is a dict") names in the generated code.
+        self.hoisting = False
+        self.hoisted: Dict[str, tuple] = {}
+        # Inside a generated loop (generate_loop), signals act on that loop directly.
+        self.loop_refund = ""  # steps given back per item left when the loop breaks
+
+    def signal(self, depth: int, signal: str) -> None:
+        """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
+        if not self.loop_refund:
+            self.line(depth, f"return {signal}")
+            return
+        if signal in ("'break'", "'continue'"):
+            self._loop_signal(depth, signal)
+            return
+        self.line(depth, f"if {signal} == 'break':")
+        self._loop_signal(depth + 1, "'break'")
+        self._loop_signal(depth, "'continue'")
+
+    def _loop_signal(self, depth: int, signal: str) -> None:
+        if signal == "'break'":
+            self.line(depth, f"ctx.steps -= _length_hint(remaining) * {self.loop_refund}")
+            self.line(depth, "break")
+        else:  # the end-of-iteration check still happens, as in the closures' loop
+            self.line(depth, "if ctx.output_size > max_output or ctx.steps > max_steps:")
+            self.line(depth + 1, "return remaining")
+            self.line(depth, "continue")
+
+    def local(self, name: str) -> tuple:
+        """Code for (the value of local ``name``, whether it is a dict), or None for the
+        second when the variable is not hoisted."""
+        if not self.hoisting:
+            return f"vars[{name!r}]", None
+        found = self.hoisted.get(name)
+        if found is None:
+            index = len(self.hoisted)
+            found = self.hoisted[name] = (f"_o{index}", f"_d{index}")
+        return found
 
     def ref(self, obj: Any) -> str:
         """A name for ``obj`` in the generated code."""
@@ -101,12 +148,16 @@ def _expr(w: _Writer, closure: Any) -> str:
     if kind == "const":
         return w.ref(spec[1]) if not isinstance(spec[1], (bool, type(None))) else repr(spec[1])
     if kind == "local":
-        return f"vars[{spec[1]!r}]"
+        return w.local(spec[1])[0]
     if kind == "lookup":
         # obj = <operand>; a dict hit is the value, anything else the closure's slow path
         _, operand, key, slow = spec
-        obj, value = w.temporary(), w.temporary()
         k = w.ref(key)
+        operand_spec = getattr(operand, "spec", None)
+        if operand_spec is not None and operand_spec[0] == "local" and w.hoisting:
+            obj, is_dict = w.local(operand_spec[1])
+            return f"({obj}[{k}] if {is_dict} and {k} in {obj} else {w.ref(slow)}({obj}, scope))"
+        obj = w.temporary()
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
                 f"else {w.ref(slow)}({obj}, scope))")
     if kind == "eq_str":
@@ -171,10 +222,10 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.line(depth, f"ctx.output_size += {len(spec[1])}")
         return
     if kind == "break":
-        w.line(depth, "return 'break'")
+        w.signal(depth, "'break'")
         return
     if kind == "continue":
-        w.line(depth, "return 'continue'")
+        w.signal(depth, "'continue'")
         return
     if kind == "print":
         _, items, node = spec
@@ -188,7 +239,8 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             value = w.temporary()
             w.line(depth + 1, f"{value} = {_expr(w, expression)}")
             w.line(depth + 1, f"if type({value}) is not str:")
-            w.line(depth + 2, f"{value} = _text({value}, {w.ref(expression_node)})")
+            w.line(depth + 2, f"{value} = str({value}) if type({value}) is int else "
+                              f"_text({value}, {w.ref(expression_node)})")
             w.line(depth + 1, f"append({value})")
             w.line(depth + 1, f"ctx.output_size += len({value})")
         w.line(depth, "except Exception as exc:")
@@ -217,7 +269,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     signal = w.temporary()
     w.line(depth, f"{signal} = {w.ref(closure)}(scope, out)")
     w.line(depth, f"if {signal} is not None:")
-    w.line(depth + 1, f"return {signal}")
+    w.signal(depth + 1, signal)
 
 
 def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
@@ -236,10 +288,13 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
             continue
         value = w.temporary()
         if variable is not None:
-            obj = w.temporary()
             k = w.ref(key)
-            w.line(depth + 1, f"{value} = ({obj}[{k}] if type({obj} := vars[{variable!r}]) is "
-                              f"dict and {k} in {obj} else {w.ref(operand)}(scope))")
+            obj, is_dict = w.local(variable)
+            if is_dict is None:
+                obj = w.temporary()
+                is_dict = f"type({obj} := vars[{variable!r}]) is dict"
+            w.line(depth + 1, f"{value} = ({obj}[{k}] if {is_dict} and {k} in {obj} else "
+                              f"{w.ref(operand)}(scope))")
         else:
             w.line(depth + 1, f"{value} = {_expr(w, operand)}")
         w.line(depth + 1, f"if type({value}) is not str:")
@@ -254,6 +309,68 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
     w.line(depth + 1, "break")
 
 
+def _may_rebind(closure: Any) -> bool:
+    """Whether running the statement ``closure`` may rebind a variable of its own scope
+    (`set`, a set block, a macro definition): then locals are read where they are used."""
+    if getattr(closure, "rebinds", False):
+        return True
+    spec = getattr(closure, "spec", None)
+    if spec is None:
+        return False
+    if spec[0] == "body":
+        return any(_may_rebind(statement) for statement in spec[1])
+    if spec[0] == "if":
+        _, branches, else_, _ = spec
+        return any(_may_rebind(body) for _, body, _ in branches) or (
+            else_ is not None and _may_rebind(else_))
+    return False
+
+
+def _compiled(w: _Writer, name: str) -> Any:
+    if len(w.lines) > MAX_LINES:
+        return None
+    namespace = dict(w.names)
+    try:
+        code = compile("\n".join(w.lines), "<minijinja_py loop body>", "exec")
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # pragma: no cover
+        return None  # the closures work anyway
+    exec(code, namespace)
+    return namespace[name]
+
+
+def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
+                  iteration_cost: int) -> Any:
+    """The loop of a simple ``for`` (one target name, no ``else``, no assignments in the
+    body) with its body inlined, or None. Called as ``f(inner, out, items, loop)`` after the
+    steps of all iterations were charged; returns None, or the iterator of the items left
+    when the output or step limit was passed (the caller refunds them and raises)."""
+    if getattr(body, "spec", None) is None:
+        return None
+    from operator import length_hint
+
+    w = _Writer()
+    w.names["_length_hint"] = length_hint
+    w.loop_refund = str(int(iteration_cost))
+    w.hoisting = not _may_rebind(body)
+    _statement(w, body, 2)
+    lines = w.lines
+    w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
+               "    ctx = scope.ctx", "    append = out.append",
+               "    max_output = ctx.max_output", "    max_steps = ctx.max_steps",
+               "    remaining = iter(items)", "    for item in remaining:"]
+    if uses_loop:
+        w.line(2, "loop.index0 += 1")
+    w.line(2, f"vars[{target!r}] = item")
+    for name, (value, is_dict) in w.hoisted.items():
+        w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
+        w.line(2, f"{is_dict} = type({value}) is dict")
+    w.lines.extend(lines)
+    w.line(2, "if ctx.output_size > max_output or ctx.steps > max_steps:")
+    w.line(3, "return remaining")
+    w.line(1, "return None")
+    return _compiled(w, "generated_loop")
+
+
 def generate(body: Callable[..., Any]) -> Callable[..., Any]:
     """A Python function doing what the statement closure ``body`` does; ``body`` itself when
     it has nothing to inline or would be too big."""
@@ -261,18 +378,14 @@ def generate(body: Callable[..., Any]) -> Callable[..., Any]:
     if spec is None:
         return body
     w = _Writer()
-    w.line(0, "def generated_body(scope, out):")  # parameters added below
-    w.line(1, "vars = scope.vars")
-    w.line(1, "ctx = scope.ctx")
-    w.line(1, "append = out.append")
+    w.hoisting = not _may_rebind(body)
     _statement(w, body, 1)
+    prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
+                "    append = out.append"]
+    for name, (value, is_dict) in w.hoisted.items():
+        prologue.append(f"    {value} = vars[{name!r}]")
+        prologue.append(f"    {is_dict} = type({value}) is dict")
+    w.lines[:0] = prologue
     w.line(1, "return None")
-    if len(w.lines) > MAX_LINES:
-        return body
-    namespace = dict(w.names)
-    try:
-        code = compile("\n".join(w.lines), "<minijinja_py loop body>", "exec")
-    except (SyntaxError, RecursionError, MemoryError, ValueError):  # pragma: no cover
-        return body  # the closures work anyway
-    exec(code, namespace)
-    return namespace["generated_body"]
+    generated = _compiled(w, "generated_body")
+    return generated if generated is not None else body

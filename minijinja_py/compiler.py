@@ -25,7 +25,8 @@ from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, TemplateTypeError, wrap_python_error)
 from .arith import apply as arith_apply
-from .codegen import HOT_ITERATIONS, generate as generate_body
+from .codegen import HOT_ITERATIONS, generate as generate_body, generate_loop
+from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, ITEMS_SHIFT, METHOD_WEIGHTS, filter_input_cost,
                      FILTERED_ITEM_STEPS, LOOP_STEPS, SLOW_LOOKUP_STEPS, body_cost,
                      size_cost)
@@ -404,12 +405,20 @@ class Compiler:
         fast_path = reuse_scope and not body_assigns and simple_name is not None and \
             else_ is None
         iteration_cost = LOOP_STEPS + body_cost(node.body)
-        generated: List[Stmt] = []  # the body compiled to Python, once a loop runs it a lot
+        # The body, or the whole simple loop, compiled to Python once a loop runs it a lot.
+        generated: List[Stmt] = []
+        generated_loop: List[Any] = []
 
         def hot_body() -> Stmt:
             if not generated:
                 generated.append(generate_body(body))
             return generated[0]
+
+        def hot_loop() -> Any:
+            if not generated_loop:
+                generated_loop.append(generate_loop(body, simple_name, uses_loop,
+                                                    iteration_cost))
+            return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
@@ -505,6 +514,17 @@ class Compiler:
                 variables["loop"] = loop
             max_output = ctx.max_output
             max_steps = ctx.max_steps
+            if len(items) >= HOT_ITERATIONS:
+                looped = hot_loop()
+                if looped is not None:
+                    stopped = looped(inner, out, items, loop)
+                    if stopped is not None:
+                        ctx.steps -= operator.length_hint(stopped) * iteration_cost
+                        try:
+                            ctx.step(0)
+                        except TemplateError as exc:
+                            raise _locate(exc, node) from None
+                    return None
             run_body = hot_body() if len(items) >= HOT_ITERATIONS else body
             remaining = iter(items)
             for item in remaining:
@@ -592,6 +612,8 @@ class Compiler:
         def assign_stmt(scope: Scope, out: list) -> None:
             assign(scope, value(scope))
 
+        # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
+        assign_stmt.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
         return assign_stmt
 
     def s_assign_block(self, node: n.Node) -> Stmt:
@@ -611,6 +633,7 @@ class Compiler:
             assign(scope, value)
             return None
 
+        assign_block.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
         return assign_block
 
     def s_filter_block(self, node: n.Node) -> Stmt:
@@ -660,6 +683,7 @@ class Compiler:
         def define_macro(scope: Scope, out: list) -> None:
             scope.vars[name] = make(scope)
 
+        define_macro.rebinds = True  # type: ignore[attr-defined]
         return define_macro
 
     def macro_factory(self, name: str, params: list, body_nodes: list,
@@ -1679,16 +1703,6 @@ def _join_checked(pieces: List[str]) -> str:
     if total > 1_000_000:
         check_string_size(total)
     return "".join(pieces)
-
-
-def _to_text(value: Any) -> str:
-    """``str(value)`` for output and ``~``; containers are size-checked first, since a list
-    holding one long string many times prints far larger than it is in memory."""
-    if type(value) in (list, dict, tuple):
-        from .filters import check_str_size
-
-        check_str_size(value)
-    return str(value)
 
 
 def _literal_value(node: n.Node) -> Any:

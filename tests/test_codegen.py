@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import codegen, compiler
+from minijinja_py import compiler
 
 import test_chat_corpus
 import test_conformance
@@ -45,28 +45,39 @@ def _render(source: str, **data: object) -> str:
     return mj.chat_environment().from_string(source).render(**data)
 
 
-def test_a_typical_message_loop_body_is_generated() -> None:
+def test_a_typical_message_loop_is_generated(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    original = compiler.generate_loop
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        made.append(original(*args))
+        return made[-1]
+
+    monkeypatch.setattr(compiler, "generate_loop", spy)
     template = mj.chat_environment().from_string(
         "{% for m in messages %}{% if m.role == 'user' or m['role'] == 'system' %}"
         "{{ m['content'] }}{% elif 'tool_calls' in m and m.tool_calls %}T{% endif %}{% endfor %}")
-    bodies = []
-    original = codegen.generate
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [1]},
+                {"role": "system", "content": "b"}, {"role": "assistant"}]
+    assert template.render(messages=messages) == "aTb"
+    assert len(made) == 1 and made[0].__name__ == "generated_loop"
+
+
+def test_loop_bodies_that_are_not_simple_are_generated_on_their_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    original = compiler.generate_body
 
     def spy(body):  # type: ignore[no-untyped-def]
-        generated = original(body)
-        bodies.append((body, generated))
-        return generated
+        made.append(original(body))
+        return made[-1]
 
-    try:
-        codegen_generate = compiler.generate_body
-        compiler.generate_body = spy
-        messages = [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [1]},
-                    {"role": "system", "content": "b"}, {"role": "assistant"}]
-        assert template.render(messages=messages) == "aTb"
-    finally:
-        compiler.generate_body = codegen_generate
-    assert bodies and all(generated is not body for body, generated in bodies)
-    assert bodies[0][1].__name__ == "generated_body"
+    monkeypatch.setattr(compiler, "generate_body", spy)
+    # `set` in the body and a tuple target: the general loop, with a generated body
+    source = ("{% for k, v in pairs %}{% set x = v %}{% if k == 'a' %}{{ x }}{% endif %}"
+              "{% endfor %}")
+    assert _render(source, pairs=[("a", 1), ("b", 2), ("a", 3)]) == "13"
+    assert made and made[0].__name__ == "generated_body"
 
 
 @pytest.mark.parametrize("source,expected", [
@@ -78,6 +89,13 @@ def test_a_typical_message_loop_body_is_generated() -> None:
     ("{% for m in ms %}{% if not m.role == 'u' and m['role'] %}{{ m.role }}{% endif %}"
      "{% endfor %}", "a"),
     ("{% for m in ms %}{{ m.role if m.role != 'u' else 'user' }}{% endfor %}", "usera"),
+    # a body that rebinds its loop variable reads it where it is used, not once at the top
+    ("{% for m in ms %}{{ m.role }}{% set m = {'role': 'x'} %}{{ m.role }}{% endfor %}",
+     "uxax"),
+    ("{% for m in ms %}{% if m.role == 'a' %}{% set m = {'role': 'y'} %}{% endif %}"
+     "{{ m['role'] + '.' }}{% endfor %}", "u.y."),
+    ("{% set ns = namespace(s='') %}{% for m in ms %}{% set ns.s = ns.s ~ m.role %}"
+     "{{ m.role }}{% endfor %}{{ ns.s }}", "uaua"),
 ])
 def test_generated_bodies_keep_the_closures_semantics(source: str, expected: str) -> None:
     ms = [{"role": "u"}, {"role": "a"}]
