@@ -165,7 +165,20 @@ def _expr(w: _Writer, closure: Any) -> str:
         return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"
     if kind == "contains":
         _, left, right, negate, check = spec
-        found = f"{w.ref(check)}({_expr(w, left)}, {_expr(w, right)}, scope)"
+        left_spec = getattr(left, "spec", None)
+        if left_spec is not None and left_spec[0] == "const":
+            # `'tool_calls' in message`: a dict answers at once (nothing to charge); the
+            # order of evaluation cannot matter with a constant on the left
+            key = _expr(w, left)
+            right_spec = getattr(right, "spec", None)
+            if right_spec is not None and right_spec[0] == "local" and w.hoisting:
+                obj, is_dict = w.local(right_spec[1])
+            else:
+                obj = w.temporary()
+                is_dict = f"type({obj} := {_expr(w, right)}) is dict"
+            found = f"({key} in {obj} if {is_dict} else {w.ref(check)}({key}, {obj}, scope))"
+        else:
+            found = f"{w.ref(check)}({_expr(w, left)}, {_expr(w, right)}, scope)"
         return f"(not {found})" if negate else found
     if kind in ("and", "or"):
         _, left, right, node = spec
