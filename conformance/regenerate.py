@@ -6,7 +6,11 @@ dependency; the engine never imports it) and renders each case in an
 environment configured exactly like Hugging Face transformers' chat template
 environment (ImmutableSandboxedEnvironment, trim_blocks + lstrip_blocks,
 loopcontrols, a {% generation %} extension, the json.dumps-based ``tojson``
-filter, ``raise_exception`` and ``strftime_now`` frozen at 2025-07-10 12:00).
+filter, ``raise_exception``, ``strftime_now`` frozen at 2025-07-10 12:00, and
+transformers' ``dict``/``namespace``).  That environment is defined once, in
+``conformance/reference_jinja2.py``, shared with the benchmark and the security
+tests; a case's ``options`` override its trim_blocks/lstrip_blocks/
+keep_trailing_newline.
 
 Usage:
     python conformance/regenerate.py            # rewrite conformance/expected/
@@ -23,7 +27,6 @@ The script fails loudly (exit 1, nothing written) when:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 import warnings
@@ -32,73 +35,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import caselib  # noqa: E402
+import reference_jinja2  # noqa: E402  (the shared Jinja2 reference; see its docstring)
 
 import jinja2  # noqa: E402
-from jinja2 import TemplateError, TemplateSyntaxError, nodes  # noqa: E402
-from jinja2.ext import Extension, loopcontrols  # noqa: E402
+from jinja2 import TemplateSyntaxError  # noqa: E402
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
-REQUIRED_JINJA2 = "3.1.6"
-NOW = datetime.datetime(2025, 7, 10, 12, 0, 0)
+REQUIRED_JINJA2 = reference_jinja2.JINJA2_VERSION
+NOW = reference_jinja2.FIXED_NOW
 
-
-class GenerationTracker(Extension):
-    """Like transformers' AssistantTracker: {% generation %}...{% endgeneration %} renders its body."""
-
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller):
-        return caller()
-
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def raise_exception(message):
-    raise TemplateError(message)
-
-
-def strftime_now(fmt):
-    return NOW.strftime(fmt)
-
-
-class TemplateDict:
-    """transformers 5.24's `dict` global: a callable with `fromkeys`, nothing else."""
-
-    def __call__(self, *args, **kwargs):
-        return dict(*args, **kwargs)
-
-    def fromkeys(self, *args, **kwargs):
-        return dict.fromkeys(*args, **kwargs)
-
-
-class TemplateNamespace(jinja2.utils.Namespace):
-    """transformers 5.24's `namespace`: refuses attribute names starting with '_'."""
-
-    def __init__(*args, **kwargs):
-        self, args = args[0], args[1:]
-        attrs = dict(*args, **kwargs)
-        for name in attrs:
-            TemplateNamespace._check_name(name)
-        jinja2.utils.Namespace.__init__(self, attrs)
-
-    def __setitem__(self, name, value):
-        TemplateNamespace._check_name(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    @staticmethod
-    def _check_name(name):
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(
-                f"namespace attribute names may not start with '_': {name!r}")
-
-
+# One environment per distinct set of case options (there are only a handful), instead of
+# building a new environment for every case.
 _ENV_CACHE: dict = {}
 
 
@@ -106,14 +53,7 @@ def make_env(case_options: dict) -> ImmutableSandboxedEnvironment:
     key = tuple(sorted(case_options.items()))
     env = _ENV_CACHE.get(key)
     if env is None:
-        options = {"trim_blocks": True, "lstrip_blocks": True}
-        options.update(case_options)
-        env = ImmutableSandboxedEnvironment(extensions=[GenerationTracker, loopcontrols], **options)
-        env.filters["tojson"] = tojson
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = strftime_now
-        env.globals["dict"] = TemplateDict()
-        env.globals["namespace"] = TemplateNamespace
+        env = reference_jinja2.make_environment(NOW, **case_options)
         _ENV_CACHE[key] = env
     return env
 

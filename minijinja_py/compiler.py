@@ -16,6 +16,7 @@ Python errors from operators and builtins become TemplateRuntimeError subclasses
 
 from __future__ import annotations
 
+import math
 import operator
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
@@ -1726,8 +1727,28 @@ def _literal_value(node: n.Node) -> Any:
     return MISSING
 
 
+def _plain_literal(value: Any) -> bool:
+    """Whether ``repr(value)`` is Python source rebuilding an equal value."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list or kind is tuple:
+        return all(_plain_literal(item) for item in value)
+    if kind is dict:
+        return all(_plain_literal(key) and _plain_literal(item) for key, item in value.items())
+    return False
+
+
 def _fresh_copier(value: Any) -> Expr:
     """Each evaluation gets its own copy: templates may mutate a list or dict they built."""
+    try:
+        if _plain_literal(value):
+            # Python's own literal code builds the copy fastest (keys and strings shared)
+            return eval("lambda scope: " + repr(value), {})  # noqa: S307 - repr of plain data
+    except (SyntaxError, RecursionError, ValueError, MemoryError):  # too deep or too long
+        pass
     if isinstance(value, list) and not any(isinstance(item, (list, dict)) for item in value):
         return lambda scope: list(value)
     if isinstance(value, dict) and not any(isinstance(item, (list, dict))

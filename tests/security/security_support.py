@@ -1,7 +1,9 @@
 """Helpers shared by the hostile-template suites in tests/security/.
 
 * :func:`reference_env` / :func:`jinja2_outcome`: Jinja2 3.1.6 configured as transformers
-  configures it, the reference for everything that is not a security property.
+  configures it (``conformance/reference_jinja2.py``, the one definition shared with the
+  conformance expectations and the benchmark), the reference for everything that is not a
+  security property.
 * :func:`outcome`: what minijinja_py does with a template and data, as a comparable value.
 * :func:`run_isolated`: renders in a child interpreter with a wall-clock timeout and a cap on
   its address space, so that a template which hangs or eats memory fails ONE test (as a
@@ -24,10 +26,18 @@ from typing import Any, Dict, Optional
 import minijinja_py as mj
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The Jinja2 reference lives with the conformance suite (a plain module, not a package); its
+# directory goes on the path so that this helper and regenerate.py build the very same
+# environment. It is imported in reference_env(), not here, so that this helper (and
+# run_isolated) keeps working without Jinja2 installed, as it always has.
+_REFERENCE_DIR = str(PROJECT_ROOT / "conformance")
+if _REFERENCE_DIR not in sys.path:
+    sys.path.insert(0, _REFERENCE_DIR)
 CORPUS = Path(os.environ.get("MINIJINJA_PY_CORPUS",
                              Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
 PACKAGE_PARENT = str(Path(mj.__file__).resolve().parent.parent)
-#: The clock both engines see (``strftime_now``), so that outputs compare byte for byte.
+#: The clock both engines see (``strftime_now``), so that outputs compare byte for byte. Passed
+#: explicitly to both, so the two engines agree whatever reference_jinja2's default is.
 FIXED_NOW = datetime.datetime(2025, 7, 10, 12, 0, 0)
 
 
@@ -59,26 +69,14 @@ def corpus_contexts() -> Dict[str, dict]:
 
 
 # -- the Jinja2 reference ------------------------------------------------------------------------
-def _transformers_tojson(x: Any, ensure_ascii: bool = False, indent: Any = None,
-                         separators: Any = None, sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
-
-
 def reference_env() -> Any:
-    """Jinja2 configured like transformers' chat-template environment."""
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """Jinja2 configured like transformers' chat-template environment, clock at FIXED_NOW.
 
-    def raise_exception(message: Any) -> None:
-        raise TemplateError(message)
+    A fresh environment per call, so no test can see state another one left behind.
+    """
+    import reference_jinja2  # deferred: needs Jinja2 (see _REFERENCE_DIR)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _transformers_tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = FIXED_NOW.strftime
-    return env
+    return reference_jinja2.make_environment(now=FIXED_NOW)
 
 
 def jinja2_outcome(source: str, data: Optional[dict] = None) -> tuple:

@@ -533,7 +533,7 @@ ODD_MESSAGES = [
 def _compiles_in_jinja2(slug: str) -> bool:
     try:
         reference_env().from_string(corpus_template(slug))
-    except Exception:  # noqa: BLE001 - e.g. transformers' {% generation %}
+    except Exception:  # noqa: BLE001 - a corpus template Jinja2 itself refuses
         return False
     return True
 
