@@ -33,7 +33,7 @@ class Limits:
     - ``max_recursion`` (100): deepest nesting of macro calls, ``caller()`` and recursive
       loops, and of data that ``tojson``/``pprint``/printing serialise.
     - ``max_nesting`` (128): deepest nesting of blocks and brackets in the template SOURCE.
-    - ``max_source_size`` (2,000,000): most characters of template source (real chat templates
+    - ``max_source_size`` (1,000,000): most characters of template source (real chat templates
       are under 100 KB; parsing megabytes of hostile source would take seconds).
     - ``max_steps`` (50,000,000): most work in one render, in steps of about a tenth of a
       microsecond: a loop iteration or macro call costs a step or so per template node it
@@ -49,7 +49,7 @@ class Limits:
     def __init__(self, *, max_range: int = 100_000, max_output_size: int = 200_000_000,
                  max_string_size: int = 50_000_000, max_collection_size: int = 10_000_000,
                  max_int_digits: int = 4_300, max_recursion: int = 100, max_nesting: int = 128,
-                 max_steps: int = 50_000_000, max_source_size: int = 2_000_000) -> None:
+                 max_steps: int = 50_000_000, max_source_size: int = 1_000_000) -> None:
         self.max_range = max_range
         self.max_output_size = max_output_size
         self.max_string_size = max_string_size
