@@ -216,6 +216,9 @@ def _condition(w: _Writer, closure: Any, node: Any) -> str:
         return f"(not {_condition(w, spec[1], node)})"
     if kind == "truth":
         return _condition(w, spec[1], spec[2])
+    if kind == "eq_str":
+        # `==` gives a bool for anything a template can hold: Python's `if` tests it as is
+        return _expr(w, closure)
     value = w.temporary()
     return (f"(({value} := {_expr(w, closure)}) is True or ({value} is not False and "
             f"({value} != '' if type({value}) is str else _truthy({value}, {w.ref(node)}))))")
@@ -289,15 +292,16 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
     """``{{ a + b + ... }}``: str operands go straight to the output, left to right; the first
     operand that is not a str hands over to the closure's own ``finish`` (Python's `+`)."""
     _, parts, finish, too_big = spec
-    start, size = w.temporary(), w.temporary()
+    size = w.temporary()
     static = 0
     sizes = []
-    w.line(depth, f"{start} = len(out)")
+    appended = 0  # pieces this sum has put in `out` so far: where `finish` starts folding
     w.line(depth, "while True:")
     for text, variable, key, operand, position in parts:
         if text is not None:
             w.line(depth + 1, f"append({w.ref(text)})")
             static += len(text)
+            appended += 1
             continue
         value = w.temporary()
         if variable is not None:
@@ -311,9 +315,11 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
         else:
             w.line(depth + 1, f"{value} = {_expr(w, operand)}")
         w.line(depth + 1, f"if type({value}) is not str:")
-        w.line(depth + 2, f"{w.ref(finish)}(scope, out, {start}, {position}, {value})")
+        w.line(depth + 2, f"{w.ref(finish)}(scope, out, len(out) - {appended}, {position}, "
+                          f"{value})")
         w.line(depth + 2, "break")
         w.line(depth + 1, f"append({value})")
+        appended += 1
         sizes.append(f"len({value})")
     w.line(depth + 1, f"{size} = {' + '.join([str(static)] + sizes)}")
     w.line(depth + 1, f"ctx.output_size += {size}")
