@@ -95,9 +95,16 @@ def _guard_process() -> Any:
     except (OSError, ValueError):  # not Linux: no cap
         pass
     previous = signal.signal(signal.SIGALRM, _alarm)
+    # Loops of 3 items or more run generated Python (codegen.py) instead of closures: the
+    # random data has loops on both sides of that line, so both evaluators get fuzzed.
+    from minijinja_py import compiler
+
+    saved_threshold = compiler.HOT_ITERATIONS
+    compiler.HOT_ITERATIONS = 3
     try:
         yield
     finally:
+        compiler.HOT_ITERATIONS = saved_threshold
         signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, saved_limit)
         if saved_env is None:
