@@ -9,8 +9,9 @@ semantics: each closure carries a ``spec`` describing its own fast path (attache
 compiler creates it), and the code below reproduces exactly that fast path and falls back to
 the same slow path the closure takes. Closures without a spec are simply called.
 
-The function is built the first time a loop runs long enough to pay for ``compile()``
-(:data:`HOT_ITERATIONS`), once per compiled template.
+The function is built once the loop has run its body :data:`HOT_ITERATIONS` times, over all
+renders of the compiled template: often enough to pay for ``compile()``, and never in a cold
+start rendering a short conversation.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING
 
-#: A loop body is compiled to Python once a loop over this many items runs it.
-HOT_ITERATIONS = 8
+#: A loop body is compiled to Python once it has run this many times (over all renders).
+HOT_ITERATIONS = 40
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
 #: functions costs more than it saves.
 MAX_LINES = 400

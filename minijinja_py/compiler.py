@@ -406,9 +406,15 @@ class Compiler:
         fast_path = reuse_scope and not body_assigns and simple_name is not None and \
             else_ is None
         iteration_cost = LOOP_STEPS + body_cost(node.body)
-        # The body, or the whole simple loop, compiled to Python once a loop runs it a lot.
+        # The body, or the whole simple loop, compiled to Python once it has run many times
+        # (over all renders of this template): a cold start does not pay for compile().
         generated: List[Stmt] = []
         generated_loop: List[Any] = []
+        iterations = [0]
+
+        def is_hot(count: int) -> bool:
+            iterations[0] += count
+            return iterations[0] >= HOT_ITERATIONS
 
         def hot_body() -> Stmt:
             if not generated:
@@ -463,7 +469,7 @@ class Compiler:
                 return run_simple(scope, out, items, loop, ctx)
             completed = False  # Jinja2 runs `else` unless some iteration reached its end
             shared = Scope({}, scope, ctx) if reuse_scope else None
-            run_body = hot_body() if len(items) >= HOT_ITERATIONS else body
+            run_body = hot_body() if is_hot(len(items)) else body
             for item in items:
                 ctx.steps += iteration_cost
                 if ctx.steps > ctx.max_steps or ctx.output_size > ctx.max_output:
@@ -515,7 +521,8 @@ class Compiler:
                 variables["loop"] = loop
             max_output = ctx.max_output
             max_steps = ctx.max_steps
-            if len(items) >= HOT_ITERATIONS:
+            hot = is_hot(len(items))
+            if hot:
                 looped = hot_loop()
                 if looped is not None:
                     stopped = looped(inner, out, items, loop)
@@ -526,7 +533,7 @@ class Compiler:
                         except TemplateError as exc:
                             raise _locate(exc, node) from None
                     return None
-            run_body = hot_body() if len(items) >= HOT_ITERATIONS else body
+            run_body = hot_body() if hot else body
             remaining = iter(items)
             for item in remaining:
                 if loop is not None:
@@ -1743,12 +1750,25 @@ def _plain_literal(value: Any) -> bool:
 
 def _fresh_copier(value: Any) -> Expr:
     """Each evaluation gets its own copy: templates may mutate a list or dict they built."""
-    try:
-        if _plain_literal(value):
-            # Python's own literal code builds the copy fastest (keys and strings shared)
-            return eval("lambda scope: " + repr(value), {})  # noqa: S307 - repr of plain data
-    except (SyntaxError, RecursionError, ValueError, MemoryError):  # too deep or too long
-        pass
+    copier = _plain_copier(value)
+    built: List[Expr] = []
+
+    def copy_literal(scope: Scope) -> Any:
+        # Python's own literal code builds the copy fastest (keys and strings shared); it is
+        # compiled on first use, not at a cold start
+        if not built:
+            try:
+                built.append(eval("lambda scope: " + repr(value), {})  # noqa: S307 - plain data
+                             if _plain_literal(value) else copier)
+            except (SyntaxError, RecursionError, ValueError, MemoryError):  # too deep or long
+                built.append(copier)
+        return built[0](scope)
+
+    return copy_literal
+
+
+def _plain_copier(value: Any) -> Expr:
+    """A copier walking the value (for literals Python's parser cannot take)."""
     if isinstance(value, list) and not any(isinstance(item, (list, dict)) for item in value):
         return lambda scope: list(value)
     if isinstance(value, dict) and not any(isinstance(item, (list, dict))
