@@ -246,12 +246,18 @@ def _tree_text_size(value: Any, max_depth: int, per_item: int, indent: int,
             seen.add(id(obj))
             step = per_item + (indent * (depth + 1) + 1 if indent else 0)
             total = 2
+            # plain str items are measured in line, without a call each (tool schemas are
+            # mostly short strings)
             if cls is dict:
                 for key, item in obj.items():
-                    total += step + size(key, depth + 1) + size(item, depth + 1)
+                    total += step + (len(key) + 2 if type(key) is str and not ascii_only
+                                     else size(key, depth + 1))
+                    total += (len(item) + 2 if type(item) is str and not ascii_only
+                              else size(item, depth + 1))
             else:
                 for item in obj:
-                    total += step + size(item, depth + 1)
+                    total += step + (len(item) + 2 if type(item) is str and not ascii_only
+                                     else size(item, depth + 1))
             return total
         if cls in _PLAIN_SCALARS:
             return _int_width(obj) if cls is int else 24
