@@ -11,22 +11,31 @@ transformer method named by its alias or rule name.
 
 When the shipped tables do not match the grammar file (a developer edited the grammar), the
 tables are rebuilt in process with Lark, which is the only time Lark is imported.
+
+The driver memoises what only depends on the tables: the run of ``?rule`` reductions that
+follows a goto (an expression climbs a dozen precedence levels that leave its value as it is),
+and, for short tags, the whole sequence of moves for a sequence of token types, which later
+tags of the same shape replay without consulting the tables (see :func:`_replay`).
 """
 
 from __future__ import annotations
 
 import os
 import zlib
+from operator import attrgetter
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from .parser import Token  # noqa: F811
 
 TABLES_FILE = "_lalr_tables.json"
+TRACE_TOKENS = 64  # tags up to this many tokens have their parse moves remembered...
+TRACE_CACHE_SIZE = 4096  # ...this many shapes at most
 FORMAT_VERSION = 1
 END = "$END"
+_token_type = attrgetter("type")
 
 
 def grammar_path() -> str:
@@ -113,10 +122,21 @@ def build_tables(grammar: str, start_symbols: List[str]) -> Dict[str, Any]:
 
 
 # ---- loading -------------------------------------------------------------------------------
+# How the driver finishes a reduction (see the module docstring for Lark's tree-shaping rules).
+_UNIT = 0    # a `?rule` with one child and no alias: the value stays, only the state changes
+_INLINE = 1  # a `_rule`: its children list is the value, spliced into the parent later
+_EXPAND1 = 2  # a `?rule` with a `_rule` among its symbols: its only child, or as _CALL
+_CALL = 3    # any other rule: the transformer method named by the alias or rule name...
+_GROW = 4    # a `_rule` whose first symbol is a `_rule`: that list, extended by the others
+_SIMPLE = 5  # a _CALL, or an _EXPAND1 not of one symbol, with no `_rule` among the symbols
+_SHIFT_CALL = 6  # (replays only) a shift, then a _SIMPLE reduction of just that token
+
+
 class Tables:
     """Loaded parse tables, ready for :func:`parse`."""
 
-    __slots__ = ("rules", "states", "start_states", "end_states")
+    __slots__ = ("rules", "states", "start_states", "end_states", "steps", "units", "gotos",
+                 "traces", "_end_set", "_callbacks")
 
     def __init__(self, data: Dict[str, Any]) -> None:
         self.rules: List[Tuple[str, int, str, bool, Tuple[int, ...]]] = [
@@ -125,6 +145,69 @@ class Tables:
         self.states: List[Dict[str, int]] = data["states"]
         self.start_states: Dict[str, int] = data["start_states"]
         self.end_states: Dict[str, int] = data["end_states"]
+        # per rule: (origin, size, how, expand, callback name); every `expand` in the grammar
+        # has at most one position (one `_rule` among a rule's symbols)
+        if any(len(rule[4]) > 1 for rule in self.rules):  # pragma: no cover - grammar edits
+            raise ValueError("the LALR driver splices at most one _rule per rule")
+        self.steps: List[Tuple[str, int, int, Tuple[int, ...], str]] = []
+        for origin, size, callback, expand1, expand in self.rules:
+            if origin[0] == "_":
+                how = _GROW if expand == (0,) and size > 1 else _INLINE
+            elif expand1:
+                if not expand:  # then its only child is its only symbol
+                    how = _UNIT if size == 1 else _SIMPLE
+                else:
+                    how = _EXPAND1
+            else:
+                how = _CALL if expand else _SIMPLE
+            self.steps.append((origin, size, how, expand, callback))
+        # (state below, top state, lookahead) -> top state after the run of _UNIT reductions
+        # the automaton makes there; filled as the parser meets them
+        self.units: Dict[Tuple[int, int, str], int] = {}
+        # (state below, rule origin, lookahead) -> top state after the goto and that run
+        self.gotos: Dict[Tuple[int, str, str], int] = {}
+        # (start symbol, token types...) -> the moves of a successful parse (see _replay)
+        self.traces: Dict[Tuple[str, ...], List[Any]] = {}
+        self._end_set = frozenset(self.end_states.values())
+        self._callbacks: Dict[int, Tuple[Any, List[Any]]] = {}
+
+    def unit_run(self, below: int, state: int, kind: str) -> int:
+        """Follow the ``_UNIT`` reductions from ``state`` (on top of ``below``) on ``kind``.
+
+        Each pops one state and pushes the goto of ``below``, and leaves the value stack as it
+        is, so the whole run only depends on these three. It stops at the first other action
+        (or error), and at an end state, where the driver may have to accept.
+        """
+        states = self.states
+        steps = self.steps
+        goto = states[below]
+        while True:
+            action = states[state].get(kind)
+            if action is None or action >= 0:
+                return state
+            origin, _, how, _, _ = steps[-action - 1]
+            if how != _UNIT:
+                return state
+            state = goto[origin]
+            if state in self._end_set:
+                return state
+
+    def goto_run(self, below: int, origin: str, kind: str) -> int:
+        """The goto on ``origin`` from ``below``, then :meth:`unit_run` (not past an end)."""
+        state = self.states[below][origin]
+        if state in self._end_set:
+            return state
+        return self.unit_run(below, state, kind)
+
+    def callbacks(self, transformer: Any) -> List[Any]:
+        """Per rule, the transformer's bound method (looked up on first use, as getattr)."""
+        entry = self._callbacks.get(id(transformer))
+        if entry is None or entry[0] is not transformer:
+            entry = (transformer, [None] * len(self.steps))
+            if len(self._callbacks) > 16:
+                self._callbacks.clear()
+            self._callbacks[id(transformer)] = entry
+        return entry[1]
 
 
 def load_tables(start_symbols: List[str]) -> Tables:
@@ -154,67 +237,216 @@ class ParseError(Exception):
         self.expected = expected
 
 
-def parse(tables: Tables, tokens: List["Token"], start: str, transformer: Any) -> Any:
-    """Run the LALR automaton over ``tokens`` and build the result with ``transformer``."""
+def parse(tables: Tables, tokens: Iterable["Token"], start: str, transformer: Any) -> Any:
+    """Run the LALR automaton over ``tokens`` and build the result with ``transformer``.
+
+    ``tokens`` is a list, or any iterable (a generator keeps a long tag's tokens from all
+    being alive at once).
+    """
+    trace: Optional[List[int]] = None
+    if type(tokens) is list and len(tokens) <= TRACE_TOKENS:
+        # The automaton's moves only depend on the token types: a tag shaped like one met
+        # before replays its moves (see _replay) without consulting the tables.
+        key = (start, *map(_token_type, tokens))
+        known = tables.traces.get(key)
+        if known is not None:
+            return _replay(tables, known, tokens, transformer)
+        trace = []
     states = tables.states
-    rules = tables.rules
+    steps = tables.steps
+    units = tables.units
+    gotos = tables.gotos
+    callbacks = tables.callbacks(transformer)
     end_state = tables.end_states[start]
-    state_stack = [tables.start_states[start]]
+    state = tables.start_states[start]
+    state_stack = [state]  # the top state is also kept in `state`
     value_stack: List[Any] = []
-    methods: Dict[str, Any] = {}
-    position = 0
-    count = len(tokens)
+    next_token = iter(tokens).__next__
+    try:
+        token = next_token()
+        kind = token.type
+    except StopIteration:
+        token = None
+        kind = END
     while True:
-        token = tokens[position] if position < count else None
-        kind = token.type if token is not None else END
-        while True:
-            actions = states[state_stack[-1]]
-            action = actions.get(kind)
-            if action is None:
-                raise ParseError(token, sorted(k for k in actions if k.isupper()))
-            if action >= 0:
-                if token is None:  # pragma: no cover - Lark never shifts $END
-                    raise ParseError(token, [])
-                state_stack.append(action)
-                value_stack.append(token)
-                position += 1
-                break
-            origin, size, callback, expand1, expand = rules[-action - 1]
-            if size:
-                args = value_stack[-size:]
-                del value_stack[-size:]
-                del state_stack[-size:]
-            else:
-                args = []
-            if expand:
-                # A `_rule` value is a list this driver made and nobody else holds: grow the
-                # first one in place, so long repetitions (`[a, b, c, ...]`) stay linear.
-                if expand[0] == 0:
-                    children = args[0]
-                    rest = enumerate(args[1:], 1)
-                else:
-                    children = []
-                    rest = enumerate(args)
-                for index, arg in rest:
-                    if index in expand:
-                        children.extend(arg)
-                    else:
-                        children.append(arg)
-            else:
-                children = args
-            if origin[0] == "_":
-                value: Any = children
-            elif expand1 and len(children) == 1:
-                value = children[0]
-            else:
-                method = methods.get(callback)
+        action = states[state].get(kind)
+        if action is None:
+            raise ParseError(token, sorted(k for k in states[state] if k.isupper()))
+        if action >= 0:
+            if token is None:  # pragma: no cover - Lark never shifts $END
+                raise ParseError(token, [])
+            state = action
+            state_stack.append(state)
+            value_stack.append(token)
+            if trace is not None:
+                trace.append(-1)
+            try:
+                token = next_token()
+                kind = token.type
+            except StopIteration:
+                token = None
+                kind = END
+            continue
+        rule = -action - 1
+        origin, size, how, expand, callback = steps[rule]
+        if how == _UNIT:
+            # `?rule: x`: only the state changes; take the whole run of such reductions at once
+            below = state_stack[-2]
+            key = (below, state, kind)
+            state = units.get(key)  # type: ignore[assignment]
+            if state is None:
+                state = units[key] = tables.unit_run(below, key[1], kind)
+            state_stack[-1] = state
+        else:
+            if trace is not None:
+                trace.append(rule)
+            if how == _SIMPLE:  # the transformer method on the rule's symbols, as they are
+                method = callbacks[rule]
                 if method is None:
-                    method = methods[callback] = getattr(transformer, callback)
-                value = method(children)
-            state_stack.append(states[state_stack[-1]][origin])
-            value_stack.append(value)
-            if token is None and state_stack[-1] == end_state:
-                return value_stack[-1]
+                    method = callbacks[rule] = getattr(transformer, callback)
+                if size == 1:
+                    value_stack[-1] = method([value_stack[-1]])
+                elif size:
+                    args = value_stack[-size:]
+                    del value_stack[1 - size:]
+                    del state_stack[1 - size:]
+                    value_stack[-1] = method(args)
+                else:
+                    value_stack.append(method([]))
+                    state_stack.append(state)
+            elif how == _GROW:
+                # `_rule: _rule x y`: the list this driver made for the inner `_rule` (nobody
+                # else holds it) grows in place, so long repetitions (`[a, b, ...]`) stay linear
+                value_stack[-size].extend(value_stack[1 - size:])
+                del value_stack[1 - size:]
+                del state_stack[1 - size:]
+            else:
+                if size:
+                    args = value_stack[-size:]
+                    if size > 1:
+                        del value_stack[1 - size:]
+                        del state_stack[1 - size:]
+                else:
+                    args = []
+                if expand:  # one `_rule` among the symbols: splice its list
+                    index = expand[0]
+                    if index:
+                        children = args[:index]
+                        children.extend(args[index])
+                    else:  # the `_rule` list is the driver's own: grow it in place
+                        children = args[0]
+                    children.extend(args[index + 1:])
+                else:
+                    children = args
+                if how == _INLINE:
+                    value: Any = children
+                elif how == _EXPAND1 and len(children) == 1:
+                    value = children[0]
+                else:
+                    method = callbacks[rule]
+                    if method is None:
+                        method = callbacks[rule] = getattr(transformer, callback)
+                    value = method(children)
+                if size:
+                    value_stack[-1] = value
+                else:
+                    value_stack.append(value)
+                    state_stack.append(state)
+            # the goto, then any run of `_UNIT` reductions it leads to on this lookahead
+            below = state_stack[-2]
+            key = (below, origin, kind)
+            state = gotos.get(key)  # type: ignore[assignment]
+            if state is None:
+                state = gotos[key] = tables.goto_run(below, origin, kind)
+            state_stack[-1] = state
+        if token is None and state == end_state:
+            if trace is not None:
+                if len(tables.traces) >= TRACE_CACHE_SIZE:
+                    tables.traces.clear()
+                tables.traces[(start, *map(_token_type, tokens))] = _compile_trace(
+                    tables, trace)
+            return value_stack[-1]
+
+
+def _compile_trace(tables: Tables, trace: List[int]) -> List[Any]:
+    """The moves of a parse as :func:`_replay` runs them: None shifts the next token; a reduction
+    is (how, size, rule), and (_SHIFT_CALL, 1, rule) shifts a token and reduces it by rule."""
+    ops: List[Any] = []
+    for rule in trace:
+        if rule < 0:
+            ops.append(None)
+            continue
+        _, size, how, _, _ = tables.steps[rule]
+        if how == _SIMPLE and size == 1 and ops and ops[-1] is None:
+            ops[-1] = (_SHIFT_CALL, 1, rule)  # a token, straight into a rule of its own
+        else:
+            ops.append((how, size, rule))
+    return ops
+
+
+def _replay(tables: Tables, ops: List[Any], tokens: List["Token"], transformer: Any) -> Any:
+    """Redo the value-stack side of a parse whose moves were recorded (see _compile_trace;
+    ``_UNIT`` reductions leave the values as they are and are not recorded). Builds exactly
+    what :func:`parse` builds, calling the transformer the same way in the same order."""
+    steps = tables.steps
+    callbacks = tables.callbacks(transformer)
+    values: List[Any] = []
+    push = values.append
+    next_token = iter(tokens).__next__
+    for op in ops:
+        if op is None:
+            push(next_token())
+            continue
+        how, size, rule = op
+        if how == _SHIFT_CALL:
+            method = callbacks[rule]
+            if method is None:
+                method = callbacks[rule] = getattr(transformer, steps[rule][4])
+            push(method([next_token()]))
+            continue
+        if how == _SIMPLE:
+            method = callbacks[rule]
+            if method is None:
+                method = callbacks[rule] = getattr(transformer, steps[rule][4])
+            if size == 1:
+                values[-1] = method([values[-1]])
+            elif size:
+                args = values[-size:]
+                del values[1 - size:]
+                values[-1] = method(args)
+            else:
+                push(method([]))
+            continue
+        if how == _GROW:
+            values[-size].extend(values[1 - size:])
+            del values[1 - size:]
+            continue
+        _, size, how, expand, callback = steps[rule]
+        if size:
+            args = values[-size:]
+            del values[-size:]
+        else:
+            args = []
+        if expand:
+            index = expand[0]
+            if index:
+                children = args[:index]
+                children.extend(args[index])
+            else:
+                children = args[0]
+            children.extend(args[index + 1:])
+        else:
+            children = args
+        if how == _INLINE:
+            push(children)
+        elif how == _EXPAND1 and len(children) == 1:
+            push(children[0])
+        else:
+            method = callbacks[rule]
+            if method is None:
+                method = callbacks[rule] = getattr(transformer, callback)
+            push(method(children))
+    return values[-1]
 
 
 def main() -> None:  # pragma: no cover - developer tool

@@ -27,34 +27,143 @@ class Node:
 
     def iter_child_nodes(self) -> Iterator["Node"]:
         """Yield every direct child node (inside lists and tuples too)."""
+        return iter(self.child_nodes())
+
+    def child_nodes(self) -> List["Node"]:
+        """Every direct child node (inside lists and tuples too), in a new list."""
+        children: List[Node] = []
         for name in self.fields:
-            yield from _nodes_in(getattr(self, name))
+            value = getattr(self, name)
+            if isinstance(value, Node):
+                children.append(value)
+            elif isinstance(value, (list, tuple)):
+                _collect_nodes(value, children)
+        return children
 
     def find_all(self, node_type: type) -> Iterator["Node"]:
         """Yield every descendant of the given type, depth first, without recursion."""
-        stack: List[Node] = list(self.iter_child_nodes())[::-1]
+        stack = self.child_nodes()
+        stack.reverse()
+        pop = stack.pop
+        extend = stack.extend
         while stack:
-            node = stack.pop()
+            node = pop()
             if isinstance(node, node_type):
                 yield node
-            stack.extend(list(node.iter_child_nodes())[::-1])
+            children = node.child_nodes()
+            if children:
+                children.reverse()
+                extend(children)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.fields)
         return f"{type(self).__name__}({args})"
 
 
-def _nodes_in(value: Any) -> Iterator[Node]:
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _nodes_in(item)
+def _collect_nodes(items: Any, out: List[Node]) -> None:
+    """Append the nodes in ``items`` (a list or tuple, nested ones too) to ``out``, in order."""
+    for item in items:
+        if isinstance(item, Node):
+            out.append(item)
+        elif isinstance(item, (list, tuple)):
+            _collect_nodes(item, out)
+
+
+def _make_init(fields: Tuple[str, ...], setters: List[Any]) -> Any:
+    """``__init__`` for a node class: Node.__init__ unrolled for its number of fields.
+
+    The parser makes one node per few tokens, so this is on the hot path of parsing large
+    templates. The slot descriptors' setters stand in for ``setattr(self, name, value)``.
+    """
+    count = len(fields)
+    if count == 0:
+        def __init__(self: Any, *values: Any, lineno: int = 0, column: int = 0) -> None:
+            if values:
+                raise TypeError(f"{type(self).__name__} takes {count} fields")
+            self.lineno = lineno
+            self.column = column
+    elif count == 1:
+        set_a, = setters
+
+        def __init__(self: Any, *values: Any, lineno: int = 0, column: int = 0) -> None:
+            if len(values) != 1:
+                raise TypeError(f"{type(self).__name__} takes {count} fields")
+            set_a(self, values[0])
+            self.lineno = lineno
+            self.column = column
+    elif count == 2:
+        set_a, set_b = setters
+
+        def __init__(self: Any, *values: Any, lineno: int = 0, column: int = 0) -> None:
+            if len(values) != 2:
+                raise TypeError(f"{type(self).__name__} takes {count} fields")
+            a, b = values
+            set_a(self, a)
+            set_b(self, b)
+            self.lineno = lineno
+            self.column = column
+    elif count == 3:
+        set_a, set_b, set_c = setters
+
+        def __init__(self: Any, *values: Any, lineno: int = 0, column: int = 0) -> None:
+            if len(values) != 3:
+                raise TypeError(f"{type(self).__name__} takes {count} fields")
+            a, b, c = values
+            set_a(self, a)
+            set_b(self, b)
+            set_c(self, c)
+            self.lineno = lineno
+            self.column = column
+    else:
+        pairs = tuple(setters)
+
+        def __init__(self: Any, *values: Any, lineno: int = 0, column: int = 0) -> None:
+            if len(values) != count:
+                raise TypeError(f"{type(self).__name__} takes {count} fields")
+            for setter, value in zip(pairs, values):
+                setter(self, value)
+            self.lineno = lineno
+            self.column = column
+    return __init__
+
+
+def _make_children(fields: Tuple[str, ...], getters: List[Any]) -> Any:
+    """``child_nodes`` for a node class, unrolled like its ``__init__``."""
+    if not fields:
+        def child_nodes(self: Any) -> List[Node]:
+            return []
+    elif len(fields) == 1:
+        get_a, = getters
+
+        def child_nodes(self: Any) -> List[Node]:
+            value = get_a(self)
+            if isinstance(value, Node):
+                return [value]
+            children: List[Node] = []
+            if isinstance(value, (list, tuple)):
+                _collect_nodes(value, children)
+            return children
+    else:
+        def child_nodes(self: Any) -> List[Node]:
+            children: List[Node] = []
+            for getter in getters:
+                value = getter(self)
+                if isinstance(value, Node):
+                    children.append(value)
+                elif isinstance(value, (list, tuple)):
+                    _collect_nodes(value, children)
+            return children
+    child_nodes.__doc__ = Node.child_nodes.__doc__
+    return child_nodes
 
 
 def _node(name: str, fields: str, doc: str) -> type:
-    cls = type(name, (Node,), {"fields": tuple(fields.split()), "__slots__": tuple(fields.split()),
-                               "__doc__": doc})
+    names = tuple(fields.split())
+    cls = type(name, (Node,), {"fields": names, "__slots__": names, "__doc__": doc})
+    descriptors = [cls.__dict__[field] for field in names]
+    cls.__init__ = _make_init(names, [d.__set__ for d in descriptors])  # type: ignore
+    cls.child_nodes = _make_children(  # type: ignore[method-assign]
+        names, [d.__get__ for d in descriptors])
     return cls
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import _thread
 import warnings
+from bisect import bisect_right as _bisect_right
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import lalr
 from . import nodes as n
@@ -56,6 +57,9 @@ class Token(str):
     def __repr__(self) -> str:
         return f"Token({self.type!r}, {str(self)!r})"
 
+
+_str_new = str.__new__
+_NO_OFFSET = float("inf")
 
 _tables: Any = None
 _tables_lock = _thread.allocate_lock()
@@ -124,8 +128,15 @@ def _build_transformer() -> Any:
         return isinstance(item, Token) and item.type == kind
 
     def at(node: n.Node, item: Any) -> n.Node:
-        node.lineno, node.column = _pos(item)
+        if type(item) is Token:
+            node.lineno = item.line
+            node.column = item.column
+        else:
+            node.lineno, node.column = _pos(item)
         return node
+
+    Const, Name, Getattr, Getitem, BinOp = n.Const, n.Name, n.Getattr, n.Getitem, n.BinOp
+    int_ = int
 
     class ToAst:
         """Grammar rule (or alias) name -> AST node; called by the LALR driver."""
@@ -254,7 +265,11 @@ def _build_transformer() -> Any:
             return (str(c[0]) if c[0].type != "IN" else "in", c[0])
 
         def binop(self, c):
-            return at(n.BinOp(str(c[1]), c[0], c[2]), c[1])
+            op = c[1]
+            node = BinOp(str(op), c[0], c[2])
+            node.lineno = op.line
+            node.column = op.column
+            return node
 
         def concat(self, c):
             return at(n.Concat([item for item in c if isinstance(item, n.Node)]), c[1])
@@ -292,12 +307,20 @@ def _build_transformer() -> Any:
             token = c[2]
             if token.type == "INT":
                 return at(n.Getitem(c[0], at(n.Const(_int_value(token)), token)), c[1])
-            return at(n.Getattr(c[0], str(token)), c[1])
+            node = Getattr(c[0], str(token))
+            dot = c[1]
+            node.lineno = dot.line
+            node.column = dot.column
+            return node
 
         def getitem(self, c):
             subscripts = c[2]
-            arg = subscripts[0] if len(subscripts) == 1 else at(n.TupleLit(subscripts), c[1])
-            return at(n.Getitem(c[0], arg), c[1])
+            bracket = c[1]
+            arg = subscripts[0] if len(subscripts) == 1 else at(n.TupleLit(subscripts), bracket)
+            node = Getitem(c[0], arg)
+            node.lineno = bracket.line
+            node.column = bracket.column
+            return node
 
         def getitem_empty(self, c):
             return at(n.Getitem(c[0], at(n.TupleLit([]), c[1])), c[1])
@@ -373,14 +396,30 @@ def _build_transformer() -> Any:
             token = c[0]
             value = str(token)
             if value in _CONSTANT_NAMES:
-                return at(n.Const(_CONSTANT_NAMES[value]), token)
-            return at(n.Name(value), token)
+                node = Const(_CONSTANT_NAMES[value])
+            else:
+                node = Name(value)
+            node.lineno = token.line  # at(node, token), inlined in the commonest rules
+            node.column = token.column
+            return node
 
         def string(self, c):
-            return at(n.Const("".join(unescape_string(str(t), t) for t in c)), c[0])
+            token = c[0]
+            if len(c) == 1:
+                value = unescape_string(str(token), token)
+            else:
+                value = "".join(unescape_string(str(t), t) for t in c)
+            node = Const(value)
+            node.lineno = token.line
+            node.column = token.column
+            return node
 
         def int(self, c):
-            return at(n.Const(_int_value(c[0])), c[0])
+            token = c[0]
+            node = Const(int_(str(token).replace("_", ""), 0))  # _int_value(token)
+            node.lineno = token.line
+            node.column = token.column
+            return node
 
         def float(self, c):
             return at(n.Const(float(str(c[0]).replace("_", ""))), c[0])
@@ -464,29 +503,73 @@ class Parser:
             source, trim_blocks=trim_blocks, lstrip_blocks=lstrip_blocks,
             keep_trailing_newline=keep_trailing_newline, name=name, max_nesting=max_nesting)
         self.tables = get_tables()
+        self.max_depth = 1  # the most blocks open at once (+1), and the most levels an
+        self.max_tag_depth = 0  # expression of one tag can have: see _check_depth
+        self.parenthesized: set = set()
+        _parse_state.parenthesized = self.parenthesized
 
     # -- helpers -------------------------------------------------------------------------
     def error(self, message: str, lineno: int, column: Optional[int]) -> TemplateSyntaxError:
         return TemplateSyntaxError(message, lineno, column, self.name, self.source)
 
-    def make_tokens(self, tokens: list) -> List[Token]:
-        position = self.lines.position
-        result = []
+    def iter_tokens(self, tokens: list) -> Iterator[Token]:
+        """:meth:`make_tokens`, one at a time: for long tags, whose tokens then need not all
+        be alive at once (fewer objects for the garbage collector to walk)."""
+        starts = self.lines.starts
+        last_line = len(starts)
+        line = line_start = 0
+        next_start = -1
         for kind, value, offset in tokens:
-            line, column = position(offset)
-            result.append(Token(kind, value, line, column))
+            if offset >= next_start or offset < line_start:
+                line = _bisect_right(starts, offset)
+                line_start = starts[line - 1]
+                next_start = starts[line] if line < last_line else _NO_OFFSET
+            token = _str_new(Token, value)
+            token.type = kind
+            token.line = line
+            token.column = offset - line_start + 1
+            yield token
+
+    def make_tokens(self, tokens: list) -> List[Token]:
+        # Token(kind, value, *self.lines.position(offset)) for each, unrolled: the tokens of a
+        # tag mostly share a line, so the line is only looked up again past its end.
+        starts = self.lines.starts
+        last_line = len(starts)
+        result = []
+        append = result.append
+        line = line_start = 0
+        next_start = -1
+        for kind, value, offset in tokens:
+            if offset >= next_start or offset < line_start:
+                line = _bisect_right(starts, offset)
+                line_start = starts[line - 1]
+                next_start = starts[line] if line < last_line else _NO_OFFSET
+            token = _str_new(Token, value)
+            token.type = kind
+            token.line = line
+            token.column = offset - line_start + 1
+            append(token)
         return result
 
     def parse_tokens(self, tokens: list, start: str, segment: Segment) -> Any:
         """Run the LALR parser over one tag's tokens from the given start symbol."""
-        what = "print statement" if start == "print_tag" else "statement block"
         if not tokens:
+            what = "print statement" if start == "print_tag" else "statement block"
             line, column = self.lines.position(segment.offset)
             raise self.error(f"Expected an expression, got 'end of {what}'", line, column)
-        _parse_state.parenthesized = set()
+        count = len(tokens)
+        depth = count if count <= lalr.TRACE_TOKENS else _expression_depth_bound(tokens)
+        if depth > self.max_tag_depth:
+            self.max_tag_depth = depth
+        parenthesized = self.parenthesized
+        if parenthesized:
+            parenthesized.clear()  # it only ever holds nodes of the tag being parsed
         try:
-            return lalr.parse(self.tables, self.make_tokens(tokens), start, _TRANSFORMER)
+            feed = (self.make_tokens(tokens) if count <= lalr.TRACE_TOKENS
+                    else self.iter_tokens(tokens))
+            return lalr.parse(self.tables, feed, start, _TRANSFORMER)
         except lalr.ParseError as exc:
+            what = "print statement" if start == "print_tag" else "statement block"
             token = exc.token
             if token is None:
                 line, column = self.lines.position(segment.end)
@@ -497,11 +580,15 @@ class Parser:
     def parse(self) -> n.Template:
         root = _Open("template", None, 1, 1)
         stack: List[_Open] = [root]
+        # ids of nodes written in parentheses, for the tag being parsed in this thread
+        self.parenthesized = _parse_state.parenthesized = set()
+        self.max_tag_depth = 0
         try:
             for segment in self.segments:
-                if segment.kind == DATA:
+                kind = segment.kind
+                if kind == DATA:
                     self._append_output(stack[-1].body, n.TemplateData(segment.text), segment)
-                elif segment.kind == BLOCK:
+                elif kind == BLOCK:
                     self._statement(segment, stack)
                 else:
                     expr = self.parse_tokens(segment.tokens, "print_tag", segment)
@@ -522,6 +609,25 @@ class Parser:
         as `1 + 1 + ... + 1` and filter chains, which nest without brackets.
         """
         limit = self.max_nesting * 4
+        # Each open block adds at most two levels (`if` -> `elif` -> body), and an expression
+        # at most _expression_depth_bound: most templates are shallow enough without looking.
+        if 4 + 3 * self.max_depth + self.max_tag_depth <= limit:
+            return
+        # level by level first (cheap); only a template that is too deep is walked again in
+        # the order that picks the node the error points at
+        level: List[n.Node] = [template]
+        depth = 0
+        while level:
+            if depth > limit:
+                break
+            below: List[n.Node] = []
+            extend = below.extend
+            for node in level:
+                extend(node.child_nodes())
+            level = below
+            depth += 1
+        else:
+            return
         stack = [(template, 0)]
         while stack:
             node, depth = stack.pop()
@@ -532,12 +638,14 @@ class Parser:
                 stack.append((child, depth + 1))
 
     def _append_output(self, body: list, item: n.Node, segment: Segment) -> None:
-        if not item.lineno:
-            item.lineno, item.column = self.lines.position(segment.offset)
         if body and isinstance(body[-1], n.Output):
+            if not item.lineno:
+                item.lineno, item.column = self.lines.position(segment.offset)
             body[-1].nodes.append(item)
         else:
             line, column = self.lines.position(segment.offset)
+            if not item.lineno:
+                item.lineno, item.column = line, column
             body.append(n.Output([item], lineno=line, column=column))
 
     def _unknown_tag(self, name: Optional[str], stack: List[_Open], lineno: int,
@@ -561,11 +669,9 @@ class Parser:
 
     def _statement(self, segment: Segment, stack: List[_Open]) -> None:
         tokens = segment.tokens
-        line, column = self.lines.position(segment.offset)
         if not tokens:
-            raise self.error("tag name expected", line, column)
+            raise self.error("tag name expected", *self.lines.position(segment.offset))
         kind, tag, offset = tokens[0]
-        line, column = self.lines.position(offset)
         rest = tokens[1:]
         top = stack[-1]
         if top.tag in _BLOCKS:
@@ -585,6 +691,7 @@ class Parser:
                 top.middle = tag
                 top.bodies.append((tag, head, []))
                 return
+        line, column = self.lines.position(offset)
         handler = _STATEMENTS.get(tag) if kind in ("NAME", "IF") else None
         if handler is None:
             raise self._unknown_tag(tag, stack, line, column)
@@ -605,6 +712,8 @@ class Parser:
             raise _nesting_error(self.max_nesting, "block nesting", line, column, self.name,
                                  self.source)
         stack.append(_Open(tag, head, line, column))
+        if len(stack) > self.max_depth:
+            self.max_depth = len(stack)
 
     # -- statement heads -----------------------------------------------------------------
     def _stmt_if(self, rest, segment, stack, line, column):
@@ -704,6 +813,22 @@ class Parser:
                 chain.lineno, chain.column = block.lineno, block.column
             chain = chain.node
         return node
+
+
+_LEAF_TOKENS = ("NAME", "INT", "FLOAT", "STRING", "COMMA")
+
+
+def _expression_depth_bound(tokens: Any) -> int:
+    """At least the number of levels of the nodes the grammar can make of one tag's tokens.
+
+    Every node owns a token of its own (its operator, bracket, dot, keyword...), and a node
+    with children owns one that is not a name, a literal or a comma, except a tuple without
+    parentheses (`a, b`), which cannot contain another one directly. So the levels are at
+    most the number of those other tokens, plus one for such a tuple, plus one for the leaves.
+    (The number of tokens is a bound too: :meth:`Parser.parse_tokens` uses it for short tags.)
+    """
+    kinds = [token[0] for token in tokens]
+    return 2 + len(kinds) - sum(kinds.count(kind) for kind in _LEAF_TOKENS)
 
 
 def _nesting_error(limit: int, what: str, lineno: int, column: int, name: Optional[str],

@@ -16,7 +16,7 @@ import bisect
 import re
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import List, Optional, Tuple
+    from typing import Dict, List, Optional, Tuple
 
 from .exceptions import TemplateSyntaxError
 
@@ -30,23 +30,68 @@ if TYPE_CHECKING:  # pragma: no cover
     Token = Tuple[str, str, int]
 
 _NEWLINE_RE = re.compile(r"\r\n|\r|\n")
-_TAG_START_RE = re.compile(r"\{([{%#])")
+_TAG_OPEN_RE = re.compile(r"\{([{%#])([-+]?)")  # a tag's start and its modifier
 _RAW_BEGIN_RE = re.compile(r"\{%([-+]?)\s*raw\s*(?:(-)%\}\s*|%\})")
 _WHITESPACE_RE = re.compile(r"\s*")
 _LSTRIPPABLE_RE = re.compile(r"\s+")
 
 # The order of the alternatives follows Jinja2's lexer: whitespace, float, integer, name,
 # string, operator. A float may not start right after a dot, so `l.0.1` is l[0][1].
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<ws>\s+)
-  | (?P<FLOAT>(?<!\.)(?:\d+_)*\d+(?:(?:\.(?:\d+_)*\d+)?[eE][+\-]?(?:\d+_)*\d+|\.(?:\d+_)*\d+))
-  | (?P<INT>0[bB](?:_?[01])+|0[oO](?:_?[0-7])+|0[xX](?:_?[0-9a-fA-F])+|[1-9](?:_?\d)*|0(?:_?0)*)
-  | (?P<NAME>[^\W\d]\w*)
-  | (?P<STRING>'[^'\\]*(?:\\.[^'\\]*)*'|"[^"\\]*(?:\\.[^"\\]*)*")
-  | (?P<op>\*\*|//|==|!=|>=|<=|[+\-*/%~\[\](){}<>=.:|,;])
-    """,
-    re.S | re.X,
+_TOKEN_PATTERNS = (
+    ("FLOAT", r"(?<!\.)(?:\d+_)*\d+(?:(?:\.(?:\d+_)*\d+)?[eE][+\-]?(?:\d+_)*\d+|\.(?:\d+_)*\d+)"),
+    ("INT", r"0[bB](?:_?[01])+|0[oO](?:_?[0-7])+|0[xX](?:_?[0-9a-fA-F])+|[1-9](?:_?\d)*|0(?:_?0)*"),
+    ("NAME", r"[^\W\d]\w*"),
+    ("STRING", r"'[^'\\]*(?:\\.[^'\\]*)*'" "|" r'"[^"\\]*(?:\\.[^"\\]*)*"'),
+    ("op", r"\*\*|//|==|!=|>=|<=|[+\-*/%~\[\](){}<>=.:|,;]"),
+)
+_token_re_compiled: "List[re.Pattern[str]]" = []
+
+
+def _token_re() -> "re.Pattern[str]":
+    """One token, or a run of whitespace, in Jinja2's order (only needed in rare cases: it is
+    compiled on first use, to keep it out of the import time)."""
+    if not _token_re_compiled:
+        _token_re_compiled.append(re.compile(
+            "(?P<ws>\\s+)|"
+            + "|".join(f"(?P<{name}>{pattern})" for name, pattern in _TOKEN_PATTERNS), re.S))
+    return _token_re_compiled[0]
+
+
+# The ends of a `{{ }}` tag and of a `{% %}` tag (the `\n` after `%}` is only part of the end
+# with trim_blocks).
+_VAR_END = r"-\}\}\s*|\}\}"
+_BLOCK_END = r"\+%\}|-%\}\s*|%\}(?P<nl>\n)?"
+# In tags, one regex call reads the whitespace before a token and the token, or the end of
+# either kind of tag (an end of the other kind, or inside brackets, is read again as operators
+# with _token_re). Its alternatives are in another order, commonest first: no text can match
+# two of them except FLOAT and INT (digits), which keep their order, and operators and ends.
+_end_res: "Dict[str, re.Pattern[str]]" = {}
+
+
+def _end_re(kind: str) -> "re.Pattern[str]":
+    """The end of a ``{{`` (kind ``{``) or ``{%`` (kind ``%``) tag, alone (compiled on first
+    use: only a repeated tag needs it)."""
+    pattern = _end_res.get(kind)
+    if pattern is None:
+        pattern = _end_res[kind] = re.compile(_VAR_END if kind == "{" else _BLOCK_END)
+    return pattern
+
+
+_TOKEN_PATTERNS_BY_NAME = dict(_TOKEN_PATTERNS)
+_TAG_TOKEN_RE = re.compile(
+    f"(?>\\s*)(?:(?P<vend>{_VAR_END})|(?P<bend>{_BLOCK_END})|"
+    + "|".join(f"(?P<{name}>{_TOKEN_PATTERNS_BY_NAME[name]})"
+               for name in ("op", "NAME", "FLOAT", "INT", "STRING"))
+    + ")",
+    re.S,
+)
+# A whole tag interior that is one name (``{{ x }}``, ``{% endif %}``) then an end: the
+# commonest tags, read in one regex call. Matches exactly where _TAG_TOKEN_RE would read a
+# NAME and then an end. Groups: blanks, name, blanks, var end, block end, newline of `%}\n`.
+_NAME_TAG_RE = re.compile(
+    f"(\\s*+)({_TOKEN_PATTERNS_BY_NAME['NAME']})(\\s*+)(?:({_VAR_END})|("
+    + _BLOCK_END.replace("(?P<nl>", "(") + "))",
+    re.S,
 )
 
 OPERATORS = {
@@ -59,18 +104,24 @@ KEYWORDS = {
     "and": "AND", "or": "OR", "not": "NOT", "in": "IN", "is": "IS", "if": "IF", "else": "ELSE",
 }
 _CLOSING = {")": "(", "]": "[", "}": "{"}
+_OPENING = frozenset("([{")
+_BRACKETS = frozenset("([{}])")
 
 
 class Segment:
-    """One piece of the template: literal text, a ``{{ }}`` tag or a ``{% %}`` tag."""
+    """One piece of the template: literal text, a ``{{ }}`` tag or a ``{% %}`` tag.
+
+    ``tokens`` (tags only) is a tuple of tokens: (type, value, offset in the normalised source).
+    """
 
     __slots__ = ("kind", "text", "tokens", "offset", "end")
 
     def __init__(self, kind: str, offset: int, end: int, text: str = "",
-                 tokens: Optional[List[Token]] = None) -> None:
+                 tokens: Tuple[Token, ...] = ()) -> None:
         self.kind = kind
         self.text = text
-        self.tokens = tokens if tokens is not None else []
+        # a tuple of tuples of strings and ints: the garbage collector stops tracking those
+        self.tokens = tokens
         self.offset = offset
         self.end = end
 
@@ -116,8 +167,6 @@ class Scanner:
         self.original_source = original_source if original_source is not None else source
         self.lines = LineIndex(source)
         suffix = r"\n?" if trim_blocks else ""
-        self._block_end_re = re.compile(r"\+%\}|(-)%\}\s*|%\}" + suffix)
-        self._var_end_re = re.compile(r"(-)\}\}\s*|\}\}")
         self._comment_end_re = re.compile(r"\+#\}|(-)#\}\s*|#\}" + suffix, re.S)
         self._endraw_re = re.compile(
             r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\}" + suffix + ")", re.S
@@ -132,37 +181,136 @@ class Scanner:
     def scan(self) -> List[Segment]:
         source = self.source
         segments: List[Segment] = []
+        add = segments.append
         pos = 0
         line_starting = True
         length = len(source)
+        lstrip_blocks = self.lstrip_blocks
+        trim_blocks = self.trim_blocks
+        find_tag = _TAG_OPEN_RE.search
+        name_tag = _NAME_TAG_RE.match
+        token_at = _TAG_TOKEN_RE.match
+        keywords = KEYWORDS
+        operators = OPERATORS
+        # tag interior (up to the first end marker) -> (tokens, body offset, end offset)
+        seen: Dict[str, Tuple[Tuple[Token, ...], int, int]] = {}
+        seen_blocks: Dict[str, Tuple[Tuple[Token, ...], int, int]] = {}
         while pos < length:
-            match = _TAG_START_RE.search(source, pos)
+            match = find_tag(source, pos)
             if match is None:
-                segments.append(Segment(DATA, pos, length, source[pos:]))
+                add(Segment(DATA, pos, length, source[pos:]))
                 break
-            start = match.start()
-            kind = match.group(1)
-            raw = _RAW_BEGIN_RE.match(source, start) if kind == "%" else None
-            if raw is not None:
-                modifier = raw.group(1)
-            else:
-                modifier = source[start + 2:start + 3]
-                if modifier not in ("-", "+"):
-                    modifier = ""
-            text = source[pos:start]
-            if text:
-                text = self._strip_before_tag(text, modifier, kind != "{", line_starting)
+            start, body = match.span()
+            kind, modifier = match.groups()
+            # a tag that is one name (`{{ x }}`, `{% endif %}`, `{% raw %}`) and its end
+            one_name = name_tag(source, body) if kind != "#" else None
+            raw = None
+            if one_name is not None and kind == "%" and one_name[2] == "raw":
+                # `{% raw %}` is exactly a one-name block tag `raw` not ended by `+%}`
+                raw = _RAW_BEGIN_RE.match(source, start)
+            if start > pos:
+                text = source[pos:start]
+                if modifier == "-" or (lstrip_blocks and modifier != "+" and kind != "{"):
+                    text = self._strip_before_tag(text, modifier, kind != "{", line_starting)
                 if text:
-                    segments.append(Segment(DATA, pos, start, text))
+                    add(Segment(DATA, pos, start, text))
             if raw is not None:
                 pos, line_starting = self._scan_raw(raw, segments)
-            elif kind == "#":
-                pos, line_starting = self._scan_comment(start, start + 2 + len(modifier))
-            else:
-                pos, line_starting = self._scan_tag(
-                    VAR if kind == "{" else BLOCK, start, start + 2 + len(modifier), segments
-                )
+                continue
+            if kind == "#":
+                pos, line_starting = self._scan_comment(start, body)
+                continue
+            # the end that ends this tag: `}}` (group "vend") or `%}` (group "bend")
+            end_group = "vend" if kind == "{" else "bend"
+            if one_name is not None:
+                blank, value, blank_after, var_end, block_end, newline = one_name.groups()
+                end = var_end if kind == "{" else block_end
+                if end is not None:  # a one-name tag
+                    offset = body + len(blank)
+                    pos = offset + len(value) + len(blank_after)
+                    add(Segment(VAR if kind == "{" else BLOCK, start, pos,
+                                tokens=((keywords.get(value, "NAME"), value, offset),)))
+                    if newline is not None and not trim_blocks:
+                        end = end[:-1]  # `%}` and a newline that trim_blocks would take
+                    pos += len(end)
+                    line_starting = end.endswith("\n")
+                    continue
+            # A tag whose text up to the first `}}` (`%}`) is that of an earlier tag that ended
+            # there has the same tokens, shifted: templates repeat their tags.
+            marker = source.find("}}" if kind == "{" else "%}", body)
+            if marker >= 0:
+                interior = source[body:marker]
+                known = seen.get(interior) if kind == "{" else seen_blocks.get(interior)
+                if known is not None:
+                    earlier_tokens, earlier_body, earlier_end = known
+                    shift = body - earlier_body
+                    offset = earlier_end + shift
+                    match = _end_re(kind).match(source, offset)
+                    end = match.group()  # type: ignore[union-attr]
+                    if kind == "%" and not trim_blocks and match["nl"]:  # type: ignore[index]
+                        end = end[:-1]  # see above
+                    add(Segment(VAR if kind == "{" else BLOCK, start, offset,
+                                tokens=tuple([(token_kind, token_value, token_offset + shift)
+                                              for token_kind, token_value, token_offset
+                                              in earlier_tokens])))
+                    pos = offset + len(end)
+                    line_starting = end.endswith("\n")
+                    continue
+            # the tag's tokens, one regex call each; inlined: this is the hot loop
+            tokens: List[Token] = []
+            push = tokens.append
+            brackets: List[Tuple[str, int]] = []
+            pos = body
+            while True:
+                match = token_at(source, pos)
+                if match is None:
+                    self._tag_error(kind, start, pos, brackets)
+                group = match.lastgroup  # type: ignore[union-attr]
+                value = match[group]  # type: ignore[index]
+                pos = match.end()  # type: ignore[union-attr]
+                if group == "NAME":
+                    push((keywords.get(value, "NAME"), value, pos - len(value)))
+                elif group == "op":
+                    if value in _BRACKETS:
+                        self._bracket(value, pos - len(value), brackets)
+                    push((operators[value], value, pos - len(value)))
+                elif group == "vend" or group == "bend":
+                    offset = match.start(group)  # type: ignore[union-attr]
+                    if group == end_group and not brackets:
+                        if match["nl"] is not None and not trim_blocks:  # type: ignore[index]
+                            value = value[:-1]  # see above
+                            pos -= 1
+                        segment_tokens = tuple(tokens)
+                        add(Segment(VAR if kind == "{" else BLOCK, start, offset,
+                                    tokens=segment_tokens))
+                        line_starting = value.endswith("\n")
+                        if marker - 1 <= offset <= marker:  # it ended at the first marker
+                            (seen if kind == "{" else seen_blocks)[interior] = (
+                                segment_tokens, body, offset)
+                        break
+                    # the other tag's end, or an end inside brackets, is operators: in
+                    # `{{ {'a': {}}}}` the first `}}` closes two braces
+                    value = _token_re().match(source, offset).group()  # type: ignore[union-attr]
+                    pos = offset + len(value)
+                    if value in _BRACKETS:
+                        self._bracket(value, offset, brackets)
+                    push((operators[value], value, offset))
+                else:
+                    push((group, value, pos - len(value)))  # type: ignore[arg-type]
         return segments
+
+    def _tag_error(self, kind: str, start: int, pos: int,
+                   brackets: List[Tuple[str, int]]) -> None:
+        """Raise the error for a tag whose next token (at ``pos``, after blanks) is not one."""
+        pos = _WHITESPACE_RE.match(self.source, pos).end()  # type: ignore[union-attr]
+        if pos >= len(self.source):
+            what = "print statement" if kind == "{" else "statement block"
+            if brackets:
+                raise self.error(f"unexpected end of template, unclosed '{brackets[-1][0]}'",
+                                 brackets[-1][1])
+            raise self.error(f"unexpected end of template, expected 'end of {what}'.", start)
+        char = self.source[pos]
+        raise self.error(f"unexpected char {char!r} at {pos}", pos)
 
     def _strip_before_tag(self, text: str, modifier: str, lstrippable: bool,
                           line_starting: bool) -> str:
@@ -198,56 +346,25 @@ class Scanner:
             raise self.error("Missing end of comment tag", start)
         return end.end(), end.group(0).endswith("\n")
 
-    def _scan_tag(self, kind: str, start: int, pos: int,
-                  segments: List[Segment]) -> Tuple[int, bool]:
-        source = self.source
-        end_re = self._var_end_re if kind == VAR else self._block_end_re
-        tokens: List[Token] = []
-        brackets: List[Tuple[str, int]] = []
-        length = len(source)
-        while True:
-            if not brackets:
-                end = end_re.match(source, pos)
-                if end is not None:
-                    segments.append(Segment(kind, start, pos, tokens=tokens))
-                    return end.end(), end.group(0).endswith("\n")
-            if pos >= length:
-                what = "print statement" if kind == VAR else "statement block"
-                if brackets:
-                    raise self.error(f"unexpected end of template, unclosed '{brackets[-1][0]}'",
-                                     brackets[-1][1])
-                raise self.error(f"unexpected end of template, expected 'end of {what}'.", start)
-            match = _TOKEN_RE.match(source, pos)
-            if match is None:
-                char = source[pos]
-                raise self.error(f"unexpected char {char!r} at {pos}", pos)
-            group = match.lastgroup
-            value = match.group()
-            if group == "op":
-                if value in "([{":
-                    brackets.append((value, pos))
-                    if len(brackets) > self.max_nesting:
-                        from .exceptions import LimitExceededError
+    def _bracket(self, value: str, pos: int, brackets: List[Tuple[str, int]]) -> None:
+        if value in _OPENING:
+            brackets.append((value, pos))
+            if len(brackets) > self.max_nesting:
+                from .exceptions import LimitExceededError
 
-                        line, column = self.lines.position(pos)
-                        raise LimitExceededError(
-                            f"brackets nested deeper than {self.max_nesting} levels refused (limit"
-                            f" Limits.max_nesting={self.max_nesting}; raise it with Environment("
-                            "limits=Limits(max_nesting=...)) if this template is trusted)",
-                            line, column, self.name, self.original_source)
-                elif value in ")]}":
-                    if not brackets:
-                        raise self.error(f"unexpected '{value}'", pos)
-                    opener = brackets.pop()[0]
-                    if _CLOSING[value] != opener:
-                        expected = {"(": ")", "[": "]", "{": "}"}[opener]
-                        raise self.error(f"unexpected '{value}', expected '{expected}'", pos)
-                tokens.append((OPERATORS[value], value, pos))
-            elif group == "NAME":
-                tokens.append((KEYWORDS.get(value, "NAME"), value, pos))
-            elif group != "ws":
-                tokens.append((group, value, pos))  # type: ignore[arg-type]
-            pos = match.end()
+                line, column = self.lines.position(pos)
+                raise LimitExceededError(
+                    f"brackets nested deeper than {self.max_nesting} levels refused (limit"
+                    f" Limits.max_nesting={self.max_nesting}; raise it with Environment("
+                    "limits=Limits(max_nesting=...)) if this template is trusted)",
+                    line, column, self.name, self.original_source)
+        elif value in _CLOSING:
+            if not brackets:
+                raise self.error(f"unexpected '{value}'", pos)
+            opener = brackets.pop()[0]
+            if _CLOSING[value] != opener:
+                expected = {"(": ")", "[": "]", "{": "}"}[opener]
+                raise self.error(f"unexpected '{value}', expected '{expected}'", pos)
 
 
 def scan(source: str, *, trim_blocks: bool = False, lstrip_blocks: bool = False,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Dict, FrozenSet, Iterable, List, Set
+    from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Set
 
 from . import nodes as n
 
@@ -27,59 +27,137 @@ UNDEFINED = "undefined"  # starts undefined in this frame
 ALIAS = "alias"          # refers to an enclosing frame's variable
 
 
-class FrameSymbols:
-    """The names one frame refers to, and how each starts."""
+class Refs:
+    """The names a frame and its enclosing frames know: the frame's own, then ``outer``'s.
 
-    __slots__ = ("outer", "modes", "stores")
+    Only membership is asked of it. A chain rather than one flat set, so that each of many
+    sibling frames (the loops of a long template) does not copy every name of the template.
+    """
 
-    def __init__(self, outer: FrozenSet[str]) -> None:
+    __slots__ = ("names", "outer")
+
+    def __init__(self, names: FrozenSet[str], outer: "Container[str]") -> None:
+        self.names = names
         self.outer = outer
-        self.modes: Dict[str, str] = {}
-        self.stores: Set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        refs: Any = self
+        while type(refs) is Refs:
+            if name in refs.names:
+                return True
+            refs = refs.outer
+        return name in refs
+
+
+class FrameSymbols:
+    """The names one frame refers to, and how each starts.
+
+    The symbols of a branch of an ``if`` are a copy of the frame's: :meth:`copy` makes an
+    overlay that records only what the branch adds (``parent`` holds the rest), so that
+    neither copying nor merging a branch costs more than what the branch itself names (a
+    template of many ``if`` blocks would otherwise take quadratic time). That is exact because
+    a branch never changes the mode of a name its parent has: :meth:`branch_update` only
+    re-sets names stored in no enclosing copy, to the mode :meth:`_loaded` gives, which is
+    what any mode recorded for such a name already is.
+    """
+
+    __slots__ = ("outer", "modes", "stores", "parent")
+
+    def __init__(self, outer: "Container[str]", parent: Optional["FrameSymbols"] = None) -> None:
+        self.outer = outer
+        # shared empty ones until the first name is recorded (most branches record none)
+        self.modes: Dict[str, str] = _NO_MODES
+        self.stores: Set[str] = _NO_STORES  # type: ignore[assignment]
+        self.parent = parent
 
     def copy(self) -> "FrameSymbols":
-        other = FrameSymbols(self.outer)
-        other.modes = dict(self.modes)
-        other.stores = set(self.stores)
-        return other
+        return FrameSymbols(self.outer, self)
+
+    def _mode(self, name: str) -> Optional[str]:
+        symbols: Optional[FrameSymbols] = self
+        while symbols is not None:
+            mode = symbols.modes.get(name)
+            if mode is not None:
+                return mode
+            symbols = symbols.parent
+        return None
+
+    def _stored(self, name: str) -> bool:
+        symbols: Optional[FrameSymbols] = self
+        while symbols is not None:
+            if name in symbols.stores:
+                return True
+            symbols = symbols.parent
+        return False
+
+    def _loaded(self, name: str) -> str:
+        return ALIAS if name in self.outer else RESOLVE
+
+    def _set_mode(self, name: str, mode: str) -> None:
+        if self.modes is _NO_MODES:
+            self.modes = {}
+        self.modes[name] = mode
+
+    def _add_stores(self, names: Iterable[str]) -> None:
+        if self.stores is _NO_STORES:
+            self.stores = set()
+        self.stores.update(names)
 
     def load(self, name: str) -> None:
-        if name not in self.modes:
-            self.modes[name] = ALIAS if name in self.outer else RESOLVE
+        if self._mode(name) is None:
+            self._set_mode(name, self._loaded(name))
 
     def store(self, name: str) -> None:
-        self.stores.add(name)
-        if name not in self.modes:
-            self.modes[name] = ALIAS if name in self.outer else UNDEFINED
+        self._add_stores((name,))
+        if self._mode(name) is None:
+            self._set_mode(name, ALIAS if name in self.outer else UNDEFINED)
 
     def branch_update(self, branches: List["FrameSymbols"]) -> None:
+        """Merge the branches of an ``if`` (copies of this frame) back, as Jinja2 does."""
         counts: Dict[str, int] = {}
         for branch in branches:
-            for name in branch.stores:
-                if name not in self.stores:
+            for name in branch.stores:  # a branch's own stores are the ones it added
+                if not self._stored(name):
                     counts[name] = counts.get(name, 0) + 1
         for branch in branches:
             for name, mode in branch.modes.items():
-                self.modes.setdefault(name, mode)
-            self.stores.update(branch.stores)
+                if self._mode(name) is None:
+                    self._set_mode(name, mode)
+            if branch.stores:
+                self._add_stores(branch.stores)
         for name, count in counts.items():
             if count != len(branches):
-                self.modes[name] = ALIAS if name in self.outer else RESOLVE
+                self._set_mode(name, self._loaded(name))
 
     def starts_undefined(self) -> FrozenSet[str]:
-        return frozenset(name for name, mode in self.modes.items() if mode == UNDEFINED)
+        return frozenset(name for name, mode in self._all_modes().items() if mode == UNDEFINED)
 
-    def refs(self) -> FrozenSet[str]:
-        return frozenset(self.modes) | self.outer
+    def refs(self) -> "Container[str]":
+        """What the frames nested in this one see as known names: this frame's and outer's."""
+        names = frozenset(self._all_modes())
+        outer = self.outer
+        if not names or (isinstance(outer, (frozenset, set)) and names <= outer):
+            return outer
+        return Refs(names, outer)
+
+    def _all_modes(self) -> Dict[str, str]:
+        if self.parent is None:
+            return self.modes
+        modes = dict(self.parent._all_modes())
+        modes.update(self.modes)
+        return modes
 
 
-def analyse_frame(body: Iterable[n.Node], outer: FrozenSet[str],
+def analyse_frame(body: Iterable[n.Node], outer: "Container[str]",
                   declared: Iterable[str] = ()) -> FrameSymbols:
-    """Symbols of a frame whose statements are ``body``; ``declared`` are its parameters."""
+    """Symbols of a frame whose statements are ``body``; ``declared`` are its parameters.
+
+    ``outer`` holds the names the enclosing frames know (their :meth:`FrameSymbols.refs`).
+    """
     symbols = FrameSymbols(outer)
     for name in declared:
-        symbols.modes[name] = RESOLVE
-        symbols.stores.add(name)
+        symbols._set_mode(name, RESOLVE)
+        symbols._add_stores((name,))
     visitor = _Visitor(symbols)
     for node in body:
         visitor.visit(node)
@@ -91,12 +169,35 @@ class _Visitor:
         self.symbols = symbols
 
     def visit(self, node: n.Node) -> None:
-        handler = getattr(self, "visit_" + type(node).__name__, None)
+        handler = _HANDLERS.get(type(node))  # visit_<node class name>
         if handler is not None:
-            handler(node)
-        else:
-            for child in node.iter_child_nodes():
-                self.visit(child)
+            handler(self, node)
+            return
+        # any other node: its descendants in order, down to the nodes that have a handler
+        # (a loop rather than recursion: long lists of literals are common)
+        stack = node.child_nodes()
+        stack.reverse()
+        pop = stack.pop
+        extend = stack.extend
+        handlers = _HANDLERS
+        const = n.Const
+        data = n.TemplateData
+        while stack:
+            node = pop()
+            cls = type(node)
+            if cls is const:
+                if not isinstance(node.value, _CONTAINERS):
+                    continue  # a literal: nothing below (the commonest leaf, in long lists)
+            elif cls is data and not isinstance(node.data, _CONTAINERS):
+                continue
+            handler = handlers.get(cls)
+            if handler is not None:
+                handler(self, node)
+            else:
+                children = node.child_nodes()
+                if children:
+                    children.reverse()
+                    extend(children)
 
     def visit_Name(self, node: n.Node) -> None:
         self.symbols.load(node.name)
@@ -117,19 +218,17 @@ class _Visitor:
     def visit_If(self, node: n.Node) -> None:
         self.visit(node.test)
         original = self.symbols
-
-        def branch(statements: Iterable[n.Node]) -> FrameSymbols:
+        branches = []
+        for statements in (node.body, node.elif_, node.else_):
+            if not statements:  # a copy that nothing is added to
+                branches.append(_NO_BRANCH)
+                continue
             self.symbols = original.copy()
             for statement in statements:
                 self.visit(statement)
-            result = self.symbols
+            branches.append(self.symbols)
             self.symbols = original
-            return result
-
-        body = branch(node.body)
-        elifs = branch(node.elif_)
-        else_ = branch(node.else_)
-        original.branch_update([body, elifs, else_])
+        original.branch_update(branches)
 
     def visit_For(self, node: n.Node) -> None:
         self.visit(node.iter)
@@ -145,7 +244,7 @@ class _Visitor:
             self.visit(node.filter)
 
     def visit_Filter(self, node: n.Node) -> None:
-        for child in node.iter_child_nodes():
+        for child in node.child_nodes():
             self.visit(child)
 
     def visit_With(self, node: n.Node) -> None:
@@ -162,3 +261,11 @@ class _Visitor:
         self.visit(node.enabled)
         for statement in node.body:
             self.visit(statement)
+
+
+_CONTAINERS = (n.Node, list, tuple)
+_NO_MODES: Dict[str, str] = {}  # never written to: see FrameSymbols.__init__
+_NO_STORES: FrozenSet[str] = frozenset()
+_HANDLERS = {getattr(n, name[len("visit_"):]): function
+             for name, function in vars(_Visitor).items() if name.startswith("visit_")}
+_NO_BRANCH = FrameSymbols(frozenset())  # stays empty: only read by branch_update
