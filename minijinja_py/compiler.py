@@ -1492,7 +1492,10 @@ class Compiler:
 
         def concat(scope: Scope) -> str:
             try:
-                pieces = [_to_text(p(scope)) for p in parts]
+                pieces = []
+                for part in parts:
+                    value = part(scope)
+                    pieces.append(value if type(value) is str else _to_text(value))
                 total = sum(map(len, pieces))
                 if total >> CHARS_SHIFT:
                     if total > 1_000_000:
