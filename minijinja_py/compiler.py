@@ -1555,26 +1555,8 @@ class Compiler:
                 left_constant = _constant(node.expr)
                 negate = op == "notin"
 
-                def contains(scope: Scope) -> Any:
-                    """``'tool_calls' in message``: no call through an operator function."""
-                    left = first(scope) if left_constant is MISSING else left_constant
-                    right = second(scope) if constant is MISSING else constant
-                    kind = type(right)
-                    try:
-                        if kind is str:
-                            if len(right) >> CHARS_SHIFT:
-                                scope.ctx.charge(len(right) >> CHARS_SHIFT)
-                        elif (kind is list or kind is tuple) and len(right) >> ITEMS_SHIFT:
-                            scope.ctx.charge(len(right) >> ITEMS_SHIFT)
-                        found = left in right
-                    except TemplateError as exc:
-                        exc._locate(node.lineno, node.column)
-                        raise
-                    except Exception as exc:
-                        raise _locate(exc, node) from exc
-                    return not found if negate else found
-
                 def check_contains(left: Any, right: Any, scope: Scope) -> bool:
+                    """``left in right``, charged by what it scans (codegen calls it too)."""
                     kind = type(right)
                     try:
                         if kind is str:
@@ -1588,6 +1570,13 @@ class Compiler:
                         raise
                     except Exception as exc:
                         raise _locate(exc, node) from exc
+
+                def contains(scope: Scope) -> Any:
+                    """``'tool_calls' in message``: no call through an operator function."""
+                    left = first(scope) if left_constant is MISSING else left_constant
+                    right = second(scope) if constant is MISSING else constant
+                    found = check_contains(left, right, scope)
+                    return not found if negate else found
 
                 contains.spec = (  # type: ignore[attr-defined]
                     "contains", first, second, negate, check_contains)

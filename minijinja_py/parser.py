@@ -513,8 +513,9 @@ class Parser:
         return TemplateSyntaxError(message, lineno, column, self.name, self.source)
 
     def iter_tokens(self, tokens: list) -> Iterator[Token]:
-        """:meth:`make_tokens`, one at a time: for long tags, whose tokens then need not all
-        be alive at once (fewer objects for the garbage collector to walk)."""
+        """``Token(kind, value, *self.lines.position(offset))`` for each scanned token, one at
+        a time (long tags need not hold all their tokens at once). Unrolled: the tokens of a
+        tag mostly share a line, so the line is only looked up again past its end."""
         starts = self.lines.starts
         last_line = len(starts)
         line = line_start = 0
@@ -531,25 +532,8 @@ class Parser:
             yield token
 
     def make_tokens(self, tokens: list) -> List[Token]:
-        # Token(kind, value, *self.lines.position(offset)) for each, unrolled: the tokens of a
-        # tag mostly share a line, so the line is only looked up again past its end.
-        starts = self.lines.starts
-        last_line = len(starts)
-        result = []
-        append = result.append
-        line = line_start = 0
-        next_start = -1
-        for kind, value, offset in tokens:
-            if offset >= next_start or offset < line_start:
-                line = _bisect_right(starts, offset)
-                line_start = starts[line - 1]
-                next_start = starts[line] if line < last_line else _NO_OFFSET
-            token = _str_new(Token, value)
-            token.type = kind
-            token.line = line
-            token.column = offset - line_start + 1
-            append(token)
-        return result
+        """The tokens of a tag, all at once."""
+        return list(self.iter_tokens(tokens))
 
     def parse_tokens(self, tokens: list, start: str, segment: Segment) -> Any:
         """Run the LALR parser over one tag's tokens from the given start symbol."""
