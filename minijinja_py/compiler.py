@@ -527,11 +527,7 @@ class Compiler:
                 if looped is not None:
                     stopped = looped(inner, out, items, loop)
                     if stopped is not None:
-                        ctx.steps -= operator.length_hint(stopped) * iteration_cost
-                        try:
-                            ctx.step(0)
-                        except TemplateError as exc:
-                            raise _locate(exc, node) from None
+                        stop_over_limit(ctx, stopped)
                     return None
             run_body = hot_body() if hot else body
             remaining = iter(items)
@@ -544,12 +540,17 @@ class Compiler:
                     ctx.steps -= operator.length_hint(remaining) * iteration_cost
                     break
                 if ctx.output_size > max_output or ctx.steps > max_steps:
-                    ctx.steps -= operator.length_hint(remaining) * iteration_cost
-                    try:
-                        ctx.step(0)
-                    except TemplateError as exc:
-                        raise _locate(exc, node) from None
+                    stop_over_limit(ctx, remaining)
             return None
+
+        def stop_over_limit(ctx: RenderContext, remaining: Any) -> None:
+            """Output or work went over its limit mid-loop: give back the steps charged for
+            the iterations that will not run, and raise the limit's error here."""
+            ctx.steps -= operator.length_hint(remaining) * iteration_cost
+            try:
+                ctx.step(0)
+            except TemplateError as exc:
+                raise _locate(exc, node) from None
 
         def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
             def recurse(value: Any, depth0: int) -> str:
