@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
@@ -15,6 +16,19 @@ FIXED_NOW = datetime.datetime(2025, 7, 10, 12, 0, 0)
 
 def corpus_available() -> bool:
     return (CORPUS / "templates").is_dir() and (CORPUS / "contexts").is_dir()
+
+
+def readme_counts() -> Tuple[int, int, int]:
+    """(templates, contexts, pairs per golden set) as the corpus README states them.
+
+    The corpus grows; the tests follow what its README promises, so a partial copy fails while a
+    grown corpus does not need the tests edited.
+    """
+    text = (CORPUS / "README.md").read_text(encoding="utf-8")
+    templates = int(re.search(r"\*\*([\d,]+) templates\*\*", text).group(1).replace(",", ""))
+    contexts = int(re.search(r"\*\*([\d,]+) contexts\*\*", text).group(1).replace(",", ""))
+    pair_count = int(re.search(r"golden sets of ([\d,]+) pairs", text).group(1).replace(",", ""))
+    return templates, contexts, pair_count
 
 
 def load_contexts() -> Dict[str, dict]:
