@@ -11,7 +11,8 @@ Importing the package loads only the exception classes; everything else is impor
 use (``import minijinja_py`` stays in the low milliseconds, see benchmarks/).
 """
 
-from .exceptions import (FilterArgumentError, LimitExceededError, SecurityError,
+from .exceptions import (DeadlineExceededError, FilterArgumentError, LimitExceededError,
+                         SecurityError,
                          SourceTooLargeError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, UndefinedError)
 
@@ -25,7 +26,7 @@ _LAZY = {
     "Undefined": "runtime", "StrictUndefined": "runtime", "ChainableUndefined": "runtime",
     "pass_environment": "runtime",
     "ChatTemplate": "chat", "RenderResult": "chat", "apply_chat_template": "chat",
-    "ChatConfigError": "chat",
+    "ChatConfigError": "chat", "ChatTemplateValueError": "chat",
     "get_json_schema": "schema", "TypeHintParsingException": "schema",
     "DocstringParsingException": "schema",
     "GGUFError": "gguf",
@@ -33,14 +34,16 @@ _LAZY = {
 
 __all__ = [
     "TemplateError", "TemplateSyntaxError", "TemplateRuntimeError", "UndefinedError",
-    "SecurityError", "LimitExceededError", "SourceTooLargeError", "FilterArgumentError",
+    "SecurityError", "LimitExceededError", "SourceTooLargeError", "DeadlineExceededError",
+    "FilterArgumentError",
     "__version__",
     *_LAZY,
 ]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
-    from .chat import ChatConfigError, ChatTemplate, RenderResult, apply_chat_template
+    from .chat import (ChatConfigError, ChatTemplate, ChatTemplateValueError, RenderResult,
+                       apply_chat_template)
     from .environment import Environment, Template, chat_environment
     from .gguf import GGUFError
     from .limits import Limits

@@ -4,10 +4,11 @@ Last layer of the package, above :mod:`minijinja_py.environment`. :class:`ChatTe
 template compiled in :func:`~minijinja_py.environment.chat_environment` and reproduces the steps
 transformers 5.24 takes around the render, in the same order:
 
-1. the conversation must not be empty (ValueError);
+1. the conversation must not be empty (:class:`ChatTemplateValueError`, a ValueError);
 2. message objects (dicts, dataclasses, pydantic-style objects with ``model_dump``) become dicts,
    and every top-level message key whose value is None is dropped;
-3. ``continue_final_message`` together with ``add_generation_prompt`` is refused (ValueError);
+3. ``continue_final_message`` together with ``add_generation_prompt`` is refused (ValueError,
+   again a :class:`ChatTemplateValueError`);
 4. tools given as Python functions become JSON schemas (:func:`minijinja_py.schema.get_json_schema`),
    documents must be dicts;
 5. everything the template sees is rebuilt from plain JSON types (str, int, float, bool, None,
@@ -24,6 +25,14 @@ Loading (:meth:`ChatTemplate.from_tokenizer_config`) follows transformers too: a
 ``chat_template.jinja`` and ``additional_chat_templates/*.jinja`` win over the ``chat_template``
 of ``tokenizer_config.json``; a list of named templates is selected by name, else ``tool_use`` when
 tools are given, else ``default``. GGUF files are read by :mod:`minijinja_py.gguf`.
+
+A model folder is untrusted input: only regular files are read (never a FIFO, device or socket,
+which are refused from ``stat()`` and opened non-blocking besides), only files that resolve inside
+the folder (symlinks within it are fine, and in a Hugging Face cache snapshot the repository's
+``blobs/`` too), at most :data:`MAX_CONFIG_BYTES` per JSON file, ``Limits.max_source_size``
+characters per template file and :data:`MAX_FOLDER_BYTES` in all. Every refusal, and every
+unreadable, non-UTF-8 or invalid (too deep, huge-integer) JSON file, is a
+:class:`ChatConfigError` naming the file.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import datetime as _datetime
 import inspect
 import json
 import os
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +50,7 @@ from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequ
                     Union)
 
 from .environment import Environment, Template, chat_environment
+from .exceptions import TemplateError
 from .schema import get_json_schema
 
 __all__ = [
@@ -47,6 +58,7 @@ __all__ = [
     "RenderResult",
     "ChatConfig",
     "ChatConfigError",
+    "ChatTemplateValueError",
     "apply_chat_template",
     "load_chat_config",
     "select_template",
@@ -81,9 +93,24 @@ LEGACY_CHAT_TEMPLATE_JSON = "chat_template.json"
 MAX_DATA_DEPTH = 200
 
 
+#: Most bytes read from one JSON file of a model folder (tokenizer_config.json and friends).
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+#: Most bytes read from one model folder in all (its config and template files together).
+MAX_FOLDER_BYTES = 64 * 1024 * 1024
+
+
 class ChatConfigError(ValueError):
-    """A tokenizer config, model directory or GGUF file has no usable chat template, or the
-    requested named template does not exist."""
+    """A tokenizer config, model directory or GGUF file has no usable chat template, the
+    requested named template does not exist, or a file of the model folder is refused (not a
+    regular file, outside the folder, too large, not UTF-8, not valid JSON). The message names
+    the file."""
+
+
+class ChatTemplateValueError(TemplateError, ValueError):
+    """A render request that transformers refuses with a ValueError: an empty conversation,
+    ``continue_final_message`` together with ``add_generation_prompt``, or a final message that
+    cannot be continued. Both a :class:`~minijinja_py.TemplateError` and a ValueError, so either
+    ``except`` catches it; ``str()`` is the message alone (no template location)."""
 
 
 # ---- results ---------------------------------------------------------------------------------
@@ -200,8 +227,8 @@ def _normalize_conversation(messages: Any) -> List[Dict[str, Any]]:
         raise TypeError("messages must be a list of messages, not a "
                         f"{type(messages).__name__}") from None
     if not items:
-        raise ValueError("Cannot apply a chat template to an empty conversation: give at least "
-                         "one message.")
+        raise ChatTemplateValueError("Cannot apply a chat template to an empty conversation: "
+                                     "give at least one message.")
     normalized = []
     for item in items:
         message = _objects_to_dicts(item)
@@ -264,20 +291,20 @@ def _check_documents(documents: Any) -> None:
 def _mark_final_message(chat: List[Dict[str, Any]], continue_final_message: Union[bool, str],
                         source: str) -> str:
     """Append the marker to the final message's text (in ``chat``, a private copy) and return
-    that text as it was; raises ValueError as transformers does."""
+    that text as it was; raises ChatTemplateValueError (a ValueError) as transformers does."""
     key = continue_final_message if isinstance(continue_final_message, str) else "content"
     final = chat[-1]
     value = final.get(key)
     if value is None:
-        raise ValueError(f'continue_final_message is set but the final message has no "{key}" '
-                         "to continue!")
+        raise ChatTemplateValueError(f'continue_final_message is set but the final message has '
+                                     f'no "{key}" to continue!')
     fields = [key]
     if key in REASONING_FIELDS:
         # reasoning is stored under several names: mark every copy, accept whichever is read
         fields = [name for name in REASONING_FIELDS if final.get(name) == value]
     if not any(name in source for name in fields):
-        raise ValueError(f'continue_final_message is set to "{key}" but the chat template never '
-                         "mentions that field")
+        raise ChatTemplateValueError(f'continue_final_message is set to "{key}" but the chat '
+                                     "template never mentions that field")
     if isinstance(value, (list, tuple)):
         for block in reversed(value):
             if isinstance(block, dict) and "text" in block:
@@ -287,8 +314,8 @@ def _mark_final_message(chat: List[Dict[str, Any]], continue_final_message: Unio
                                     f"{type(text).__name__}")
                 block["text"] = text + CONTINUE_FINAL_MESSAGE_MARKER
                 return text
-        raise ValueError("continue_final_message is set but the final message has no text block "
-                         "to continue!")
+        raise ChatTemplateValueError("continue_final_message is set but the final message has no "
+                                     "text block to continue!")
     if not isinstance(value, str):
         raise TypeError(f'the final message\'s "{key}" must be a string or a list of content '
                         f"blocks to be continued, not {type(value).__name__}")
@@ -300,7 +327,7 @@ def _mark_final_message(chat: List[Dict[str, Any]], continue_final_message: Unio
 def _cut_at_marker(text: str, final_text: str) -> str:
     marker = CONTINUE_FINAL_MESSAGE_MARKER.strip()
     if final_text.strip() not in text or marker not in text:
-        raise ValueError(
+        raise ChatTemplateValueError(
             "continue_final_message is set but the final message does not appear in the output "
             "of the chat template (the template drops or alters part of it), so there is no "
             f"place to continue from.\nFinal message to continue: {final_text.strip()}\n"
@@ -384,7 +411,9 @@ class ChatTemplate:
         ``"tool_use"`` is used when ``tools`` is not None and the config has it, else
         ``"default"`` (:class:`ChatConfigError` lists the names otherwise). The config's special
         tokens become template variables. Raises FileNotFoundError for a missing path,
-        :class:`ChatConfigError` when no chat template is found, and
+        :class:`ChatConfigError` when no chat template is found or a file is refused (see the
+        module docstring: only regular files inside the folder, of bounded size, valid UTF-8
+        and JSON), :class:`~minijinja_py.gguf.GGUFError` for a corrupt GGUF file, and
         :class:`~minijinja_py.TemplateSyntaxError` when the template does not parse.
         """
         config = load_chat_config(path_or_dict)
@@ -406,10 +435,12 @@ class ChatTemplate:
         :func:`~minijinja_py.schema.get_json_schema`); ``documents`` are dicts.
         ``continue_final_message`` (True, or the name of the final message's field to continue,
         such as ``"reasoning_content"``) ends the prompt inside the final message, so a model
-        continues it. Every other keyword is a template variable. Raises ValueError for an
-        empty conversation and for the same ``continue_final_message`` problems transformers
-        refuses, TypeError for messages that are not dicts, and a
-        :class:`~minijinja_py.TemplateError` subclass when the template itself fails.
+        continues it. Every other keyword is a template variable. Raises
+        :class:`ChatTemplateValueError` (a ValueError, as in transformers, and a
+        :class:`~minijinja_py.TemplateError`) for an empty conversation and for the
+        ``continue_final_message`` problems transformers refuses, TypeError for messages that
+        are not dicts, and a :class:`~minijinja_py.TemplateError` subclass when the template
+        itself fails.
         """
         return self._render(messages, tools, documents, add_generation_prompt,
                             continue_final_message, template_kwargs, False).text
@@ -443,10 +474,10 @@ class ChatTemplate:
                  ) -> Tuple[Dict[str, Any], Optional[str]]:
         chat = _normalize_conversation(messages)
         if continue_final_message and add_generation_prompt:
-            raise ValueError("continue_final_message and add_generation_prompt cannot be used "
-                             "together: continue_final_message lets the model continue the "
-                             "final message, add_generation_prompt starts a new assistant "
-                             "message.")
+            raise ChatTemplateValueError(
+                "continue_final_message and add_generation_prompt cannot be used together: "
+                "continue_final_message lets the model continue the final message, "
+                "add_generation_prompt starts a new assistant message.")
         schemas = _tool_schemas(tools)
         _check_documents(documents)
         extra = plain_template_data({**self.special_tokens, **template_kwargs})
@@ -499,20 +530,180 @@ class ChatConfig:
     origin: str
 
 
-def _read_text(path: Path) -> str:
-    # Like transformers: UTF-8, universal newlines (a CRLF .jinja renders as its LF twin).
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
+# ---- reading files safely ---------------------------------------------------------------------
+# A model folder is untrusted input too. Only regular files are read (a FIFO would block, a
+# device such as /dev/zero would never end), only files that resolve inside the folder (a
+# symlink to ~/.ssh/id_rsa must not end up in a prompt or an error's caret line), and never more
+# than a cap: the size is checked with fstat before reading and at most cap + 1 bytes are read.
+
+# O_NONBLOCK: should a FIFO appear between the stat() and the open() (a race), the open still
+# returns at once and fstat() refuses it. O_NOFOLLOW: the path opened is already resolved, so a
+# symlink swapped in for its last component is refused rather than followed.
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
 
 
-def _read_json(path: Path) -> Any:
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def _template_char_cap() -> int:
+    from .limits import Limits
+
+    return Limits().max_source_size
+
+
+def _read_regular(resolved: str, shown: Path, cap: int, what: str, head: bool = False) -> bytes:
+    """The bytes of the regular file at ``resolved`` (a path without symlinks), named ``shown``
+    in errors: refused when longer than ``cap`` bytes, or only its first ``cap`` bytes when
+    ``head``."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        fd = os.open(resolved, _OPEN_FLAGS)
+    except OSError as exc:
+        raise ChatConfigError(f"{shown}: cannot read it ({_os_reason(exc)})") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise ChatConfigError(f"{shown}: refused: {_file_kind(status.st_mode)}, not a "
+                                  "regular file")
+        if status.st_size > cap and not head:
+            raise ChatConfigError(f"{shown}: refused: {status.st_size:,} bytes, more than the "
+                                  f"{cap:,} read for {what}")
+        chunks = []
+        remaining = cap if head else cap + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        if remaining <= 0 and not head:  # the file grew while it was read
+            raise ChatConfigError(f"{shown}: refused: more than the {cap:,} bytes read for "
+                                  f"{what}")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ChatConfigError(f"{shown}: cannot read it ({_os_reason(exc)})") from None
+    finally:
+        os.close(fd)
+
+
+def _is_within(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # different drives
+        return False
+
+
+class _ModelFolder:
+    """The files of one model folder, read under the rules above.
+
+    A file may be a symlink as long as it resolves inside the folder; in a Hugging Face hub
+    cache snapshot (``models--org--name/snapshots/<revision>/``, whose files are symlinks to
+    ``../../blobs/<hash>``) the repository's own ``blobs`` directory counts as inside too.
+    Reads from one folder add up to at most :data:`MAX_FOLDER_BYTES`.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        real = os.path.realpath(directory)
+        self.roots = [real]
+        snapshots = os.path.dirname(real)
+        repository = os.path.dirname(snapshots)
+        if os.path.basename(snapshots) == "snapshots" and "--" in os.path.basename(repository):
+            self.roots.append(os.path.realpath(os.path.join(repository, "blobs")))
+        self.budget = MAX_FOLDER_BYTES
+
+    def contains(self, real: str) -> bool:
+        return any(_is_within(real, root) for root in self.roots)
+
+    def resolve(self, path: Path) -> Optional[Tuple[str, os.stat_result]]:
+        """``(resolved path, stat)`` of a name in the folder, None when nothing has that name;
+        refuses names that lead outside the folder (or nowhere)."""
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
+        real = os.path.realpath(path)
+        if not self.contains(real):
+            raise ChatConfigError(f"{path}: refused: it is a symbolic link that leads outside "
+                                  f"the model folder {self.directory}")
+        try:
+            return real, os.stat(real)
+        except FileNotFoundError:
+            raise ChatConfigError(f"{path}: refused: a symbolic link to a file that does not "
+                                  "exist") from None
+        except OSError as exc:
+            raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
+
+    def read(self, path: Path, cap: int, what: str) -> Optional[bytes]:
+        """The bytes of the regular file ``path`` inside the folder, None when it is absent."""
+        found = self.resolve(path)
+        if found is None:
+            return None
+        real, status = found
+        if not stat.S_ISREG(status.st_mode):
+            raise ChatConfigError(f"{path}: refused: {_file_kind(status.st_mode)}, not a "
+                                  "regular file")
+        if self.budget <= 0 or status.st_size > self.budget:
+            raise ChatConfigError(f"{path}: refused: the files read from the model folder "
+                                  f"{self.directory} add up to more than {MAX_FOLDER_BYTES:,} "
+                                  "bytes")
+        data = _read_regular(real, path, min(cap, self.budget), what)
+        self.budget -= len(data)
+        return data
+
+    def read_json(self, path: Path) -> Any:
+        data = self.read(path, MAX_CONFIG_BYTES, "a JSON config")
+        return None if data is None else _parse_json(data, path)
+
+    def read_template(self, path: Path) -> Optional[str]:
+        chars = _template_char_cap()
+        data = self.read(path, 4 * chars, "a template")
+        return None if data is None else _decode_template(data, path, chars)
+
+
+def _decode_template(data: bytes, path: Path, max_chars: int) -> str:
+    # Like transformers: UTF-8, universal newlines (a CRLF .jinja renders as its LF twin).
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChatConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte "
+                              f"{exc.start:,})") from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if len(text) > max_chars:
+        raise ChatConfigError(f"{path}: refused: the template is {len(text):,} characters long, "
+                              f"more than Limits.max_source_size ({max_chars:,})")
+    return text
+
+
+def _parse_json(data: bytes, path: Path) -> Any:
+    """JSON text to data; every problem is a ChatConfigError naming the file."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChatConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte "
+                              f"{exc.start:,})") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ChatConfigError(f"{path}: not valid JSON ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise ChatConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise ChatConfigError(f"{path}: refused: its JSON is nested too deeply to "
+                              "read") from None
+    except ValueError as exc:  # e.g. Python's limit on the digits of an integer
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ChatConfigError(f"{path}: cannot read its JSON ({reason})") from None
 
 
 def _token_text(value: Any) -> Optional[str]:
@@ -567,30 +758,38 @@ def _config_from_dict(config: Mapping[str, Any], origin: str) -> ChatConfig:
 
 
 def _config_from_directory(directory: Path) -> ChatConfig:
+    folder = _ModelFolder(directory)
     config: Dict[str, Any] = {}
     config_path = directory / TOKENIZER_CONFIG_FILE
-    if config_path.is_file():
-        loaded = _read_json(config_path)
+    loaded = folder.read_json(config_path)
+    if loaded is not None:
         if not isinstance(loaded, dict):
             raise ChatConfigError(f"{config_path}: expected a JSON object")
         config = loaded
     special = _special_tokens_of(config)
-    map_path = directory / SPECIAL_TOKENS_MAP_FILE
-    if "added_tokens_decoder" not in config and map_path.is_file():
+    if "added_tokens_decoder" not in config:
         # transformers' legacy path: special_tokens_map.json overrides the config's tokens
-        legacy = _read_json(map_path)
+        legacy = folder.read_json(directory / SPECIAL_TOKENS_MAP_FILE)
         if isinstance(legacy, dict):
             special.update(_special_tokens_of(legacy))
 
     # Separate .jinja files win over the config's chat_template.
     templates: Dict[str, str] = {}
-    main_file = directory / CHAT_TEMPLATE_FILE
-    if main_file.is_file():
-        templates["default"] = _read_text(main_file)
+    main_source = folder.read_template(directory / CHAT_TEMPLATE_FILE)
+    if main_source is not None:
+        templates["default"] = main_source
     extra_dir = directory / CHAT_TEMPLATE_DIR
-    if extra_dir.is_dir():
-        for template_file in sorted(extra_dir.glob("*.jinja")):
-            templates[template_file.name[:-len(".jinja")]] = _read_text(template_file)
+    found = folder.resolve(extra_dir)
+    if found is not None and stat.S_ISDIR(found[1].st_mode):
+        try:
+            names = os.listdir(found[0])
+        except OSError as exc:
+            raise ChatConfigError(f"{extra_dir}: cannot list it ({_os_reason(exc)})") from None
+        # what transformers' Path.glob("*.jinja") lists (hidden names included)
+        for file_name in sorted(name for name in names if name.endswith(".jinja")):
+            source = folder.read_template(extra_dir / file_name)
+            if source is not None:
+                templates[file_name[:-len(".jinja")]] = source
     if templates:
         return ChatConfig(templates, special, str(directory))
 
@@ -598,11 +797,10 @@ def _config_from_directory(directory: Path) -> ChatConfig:
         return ChatConfig(_templates_of(config["chat_template"], str(config_path)), special,
                           str(directory))
     legacy_json = directory / LEGACY_CHAT_TEMPLATE_JSON
-    if legacy_json.is_file():
-        loaded = _read_json(legacy_json)
-        if isinstance(loaded, dict) and loaded.get("chat_template") is not None:
-            return ChatConfig(_templates_of(loaded["chat_template"], str(legacy_json)), special,
-                              str(directory))
+    loaded = folder.read_json(legacy_json)
+    if isinstance(loaded, dict) and loaded.get("chat_template") is not None:
+        return ChatConfig(_templates_of(loaded["chat_template"], str(legacy_json)), special,
+                          str(directory))
     raise ChatConfigError(
         f"{directory}: no chat template found (looked for {CHAT_TEMPLATE_FILE}, "
         f"{CHAT_TEMPLATE_DIR}/*.jinja, and chat_template in {TOKENIZER_CONFIG_FILE})")
@@ -611,7 +809,10 @@ def _config_from_directory(directory: Path) -> ChatConfig:
 def _config_from_gguf(path: Path) -> ChatConfig:
     from .gguf import read_gguf_chat_info
 
-    info = read_gguf_chat_info(path)
+    try:
+        info = read_gguf_chat_info(path)
+    except OSError as exc:
+        raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
     if not info.templates:
         raise ChatConfigError(f"{path}: this GGUF file has no tokenizer.chat_template metadata")
     return ChatConfig(dict(info.templates), dict(info.special_tokens), str(path))
@@ -621,8 +822,13 @@ def load_chat_config(path_or_dict: Union[PathLike, Mapping[str, Any]]) -> ChatCo
     """Read chat template(s) and special tokens from a model directory, a
     ``tokenizer_config.json`` (path or parsed dict), a ``.gguf`` file or a template file.
 
-    A file is taken as GGUF when it starts with the GGUF magic, as a JSON config when its name
-    ends in ``.json``, and as a bare template otherwise.
+    A file is taken as GGUF when its name ends in ``.gguf`` or it starts with the GGUF magic,
+    as a JSON config when its name ends in ``.json``, and as a bare template otherwise. A file
+    named directly may be a symlink to anywhere (the caller chose it), but it must be a regular
+    file and is read under the same size caps as a model folder's files; inside a directory
+    only regular files that resolve inside it are read (see the module docstring). Raises
+    FileNotFoundError for a missing path and :class:`ChatConfigError` (naming the file) for
+    everything refused or unreadable.
     """
     if isinstance(path_or_dict, Mapping):
         return _config_from_dict(path_or_dict, "<dict>")
@@ -630,16 +836,24 @@ def load_chat_config(path_or_dict: Union[PathLike, Mapping[str, Any]]) -> ChatCo
         raise TypeError("expected a path or a tokenizer config dict, not "
                         f"{type(path_or_dict).__name__}")
     path = Path(path_or_dict)
-    if path.is_dir():
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file or directory: {path}") from None
+    except OSError as exc:
+        raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
+    except ValueError as exc:  # e.g. an embedded NUL byte
+        raise ChatConfigError(f"{str(path)!r}: not a usable path ({exc})") from None
+    if stat.S_ISDIR(status.st_mode):
         return _config_from_directory(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file or directory: {path}")
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic == b"GGUF" or path.suffix.lower() == ".gguf":
+    if not stat.S_ISREG(status.st_mode):
+        raise ChatConfigError(f"{path}: refused: {_file_kind(status.st_mode)}, not a regular "
+                              "file")
+    real = os.path.realpath(path)
+    if path.suffix.lower() == ".gguf" or _read_regular(real, path, 4, "", head=True) == b"GGUF":
         return _config_from_gguf(path)
     if path.suffix.lower() == ".json":
-        loaded = _read_json(path)
+        loaded = _parse_json(_read_regular(real, path, MAX_CONFIG_BYTES, "a JSON config"), path)
         if not isinstance(loaded, dict):
             raise ChatConfigError(f"{path}: expected a JSON object (a tokenizer config)")
         if loaded.get("chat_template") is None:
@@ -650,7 +864,9 @@ def load_chat_config(path_or_dict: Union[PathLike, Mapping[str, Any]]) -> ChatCo
             raise ChatConfigError(f"{path}: no chat_template in this tokenizer config{hint}")
         return ChatConfig(_templates_of(loaded["chat_template"], str(path)),
                           _special_tokens_of(loaded), str(path))
-    return ChatConfig({"default": _read_text(path)}, {}, str(path))
+    chars = _template_char_cap()
+    source = _decode_template(_read_regular(real, path, 4 * chars, "a template"), path, chars)
+    return ChatConfig({"default": source}, {}, str(path))
 
 
 def select_template(templates: Union[str, Mapping[str, str]], name: Optional[str] = None,

@@ -6,8 +6,16 @@ TEMPLATE_OR_CONFIG`` parses the template(s), shows syntax errors with a caret, a
 variables, message keys and features a template uses. TEMPLATE_OR_CONFIG is a ``.jinja`` file, a
 ``tokenizer_config.json``, a model directory or a ``.gguf`` file.
 
-Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON...),
-2 usage error (bad option, missing file). Errors are one message on stderr, never a traceback.
+Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON, a
+refused model file...), 2 usage error (bad option, missing file). Errors are one message on
+stderr, never a traceback: the specific problems each have their own message, and anything
+unforeseen is still caught by a last-resort handler in :func:`main` and printed as one
+``minijinja-py: error: ...`` line (exit code 1).
+
+The prompt is written to stdout as UTF-8. A lone surrogate in it (U+D800-U+DFFF, e.g. from a
+JSON string ``"\\ud800"`` in the messages) has no UTF-8 encoding: it is written as the visible
+escape ``\\ud800`` and a note on stderr says so (exit code 0). With ``--json`` that escape is
+the exact JSON spelling, so no note is printed.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .analysis import analyze_template
-from .chat import SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, load_chat_config, select_template
+from .chat import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
+                   load_chat_config, select_template)
 from .exceptions import TemplateError, TemplateSyntaxError
 
 __all__ = ["main", "EXAMPLE_MESSAGES", "EXAMPLE_TOOLS"]
@@ -154,6 +163,23 @@ def _load_config(path: str) -> ChatConfig:
         raise DataError(str(exc)) from None
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _parse_json_text(text: str, what: str) -> Any:
+    """``json.loads`` whose every failure is a DataError with a one-line message."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DataError(f"{what}: the JSON is nested too deeply to read") from None
+    except ValueError as exc:  # e.g. Python's limit on the digits of an integer
+        raise DataError(f"{what}: cannot read the JSON ({_first_line(exc)})") from None
+
+
 def _read_json(path: str, what: str) -> Any:
     try:
         if path == "-":
@@ -169,10 +195,7 @@ def _read_json(path: str, what: str) -> Any:
         raise UsageError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{what}: {path} is not UTF-8 ({exc.reason})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{what}: {where} is not valid JSON: {exc}") from None
+    return _parse_json_text(text, f"{what}: {where}")
 
 
 def _parse_var(text: str) -> Tuple[str, Any]:
@@ -183,8 +206,14 @@ def _parse_var(text: str) -> Tuple[str, Any]:
     try:
         return key, json.loads(raw)
     except json.JSONDecodeError:
-        raise UsageError(f"--var {key}: {raw!r} is not JSON (write strings in quotes, e.g. "
-                         f"--var '{key}=\"{raw}\"')") from None
+        shown = raw if len(raw) <= 60 else raw[:57] + "..."
+        raise UsageError(f"--var {key}: {shown!r} is not JSON (write strings in quotes, e.g. "
+                         f"--var '{key}=\"{shown}\"')") from None
+    except RecursionError:
+        raise UsageError(f"--var {key}: the JSON value is nested too deeply to read") from None
+    except ValueError as exc:  # e.g. Python's limit on the digits of an integer
+        raise UsageError(f"--var {key}: cannot read the JSON value ({_first_line(exc)})") \
+            from None
 
 
 def _parse_now(text: Optional[str]) -> Optional[_datetime.datetime]:
@@ -227,13 +256,30 @@ def _mark_spans(text: str, spans: Sequence[Tuple[int, int]]) -> str:
     return "".join(pieces)
 
 
-def _write(text: str) -> None:
+def _write(text: str, exact_escapes: bool = False) -> None:
+    """Write ``text`` to stdout as UTF-8 bytes. Lone surrogates (which UTF-8 cannot encode) are
+    written as ``\\udXXX`` escapes, with a note on stderr unless ``exact_escapes`` (JSON, where
+    that escape is the exact spelling)."""
     out = sys.stdout
     if out.isatty() and text and not text.endswith("\n"):
         text += "\n"
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+        if not exact_escapes:
+            count = sum(1 for char in text if "\ud800" <= char <= "\udfff")
+            print(f"note: the output holds {count:,} lone surrogate code point(s) "
+                  "(U+D800-U+DFFF), which UTF-8 cannot encode; each is written as a \\udXXX "
+                  "escape", file=sys.stderr)
     out.flush()
-    out.buffer.write(text.encode("utf-8"))
-    out.buffer.flush()
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:  # a text-only stream (e.g. io.StringIO in a test harness)
+        out.write(data.decode("utf-8"))
+        out.flush()
+        return
+    buffer.write(data)
+    buffer.flush()
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -286,6 +332,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
                                      special_tokens=config.special_tokens)
     except TemplateSyntaxError as exc:
         raise DataError(f"syntax error: {exc}") from None
+    except TemplateError as exc:
+        raise DataError(_render_error_message(exc)) from None
     except ValueError as exc:
         raise DataError(str(exc)) from None
 
@@ -312,7 +360,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
             result = chat_template.render_with_spans(**attempt_options, **variables)
         except (TemplateError, ValueError, TypeError) as exc:
             first_error = first_error or exc
-            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError):
+            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError) \
+                    and not isinstance(exc, ChatTemplateValueError):
                 continue
             raise DataError(_render_error_message(first_error)) from None
         if fallback:
@@ -323,7 +372,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if args.json:
         payload = {"text": result.text,
                    "generation_spans": [list(span) for span in result.generation_spans]}
-        _write(json.dumps(payload, ensure_ascii=False) + "\n")
+        _write(json.dumps(payload, ensure_ascii=False) + "\n", exact_escapes=True)
         return 0
     if args.spans:
         if "generation" not in chat_template.source:
@@ -342,7 +391,15 @@ def _one_line(exc: Optional[BaseException]) -> str:
     return str(message).splitlines()[0] if str(message) else type(exc).__name__
 
 
+_MAX_QUOTED = 4000
+
+
 def _render_error_message(exc: Optional[BaseException]) -> str:
+    if isinstance(exc, ChatTemplateValueError):  # the request, not the template, is at fault
+        text = str(exc)  # may quote the whole rendered chat: keep the start
+        if len(text) > _MAX_QUOTED:
+            text = f"{text[:_MAX_QUOTED]}... ({len(text) - _MAX_QUOTED:,} more characters)"
+        return text
     if isinstance(exc, TemplateError):
         kind = type(exc).__name__
         return f"the template raised {kind}: {exc}"
@@ -411,7 +468,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     if args.json:
         _write(json.dumps({"source": config.origin, "ok": all_ok, "templates": results},
-                          ensure_ascii=False, indent=2) + "\n")
+                          ensure_ascii=False, indent=2) + "\n", exact_escapes=True)
         return 0 if all_ok else 1
 
     lines: List[str] = []
@@ -429,7 +486,37 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 # ---- entry point -----------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
+
+    Never raises (but SystemExit from nowhere else) and never prints a traceback: whatever
+    escapes the specific handlers becomes one ``minijinja-py: error: ...`` line and exit code 1.
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:  # the last-resort net
+        if isinstance(exc, SystemExit):
+            raise
+        try:
+            print(f"minijinja-py: error: unexpected {type(exc).__name__}: "
+                  f"{_one_line_of(exc)}", file=sys.stderr)
+        except Exception:  # pragma: no cover - stderr itself is gone
+            pass
+        return 1
+
+
+def _one_line_of(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # pragma: no cover - a broken __str__
+        return "(no message)"
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else "(no message)"
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     for stream in (sys.stdout, sys.stderr):
         # help and messages may hold non-ASCII text (⟦, names from templates): never let a
         # narrow terminal encoding turn them into a traceback
@@ -460,8 +547,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:
             pass
         return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -108,7 +108,7 @@ class _Writer:
             self.line(depth, f"ctx.steps -= _length_hint(remaining) * {self.loop_refund}")
             self.line(depth, "break")
         else:  # the end-of-iteration check still happens, as in the closures' loop
-            self.line(depth, "if ctx.output_size > max_output or ctx.steps > max_steps:")
+            self.line(depth, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
             self.line(depth + 1, "return remaining")
             self.line(depth, "continue")
 
@@ -376,7 +376,7 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
     lines = w.lines
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    ctx = scope.ctx", "    append = out.append",
-               "    max_output = ctx.max_output", "    max_steps = ctx.max_steps",
+               "    max_output = ctx.max_output",
                "    remaining = iter(items)", "    for item in remaining:"]
     if uses_loop:
         w.line(2, "loop.index0 += 1")
@@ -385,7 +385,7 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
         w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
         w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)
-    w.line(2, "if ctx.output_size > max_output or ctx.steps > max_steps:")
+    w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
     w.line(3, "return remaining")
     w.line(1, "return None")
     return _compiled(w, "generated_loop")

@@ -31,7 +31,7 @@ from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, ITEMS_SHIFT, METHOD_WEIGHTS, filter_input_cost,
                      FILTERED_ITEM_STEPS, LOOP_STEPS, SLOW_LOOKUP_STEPS, body_cost,
                      size_cost)
-from .limits import check_string_size
+from .limits import check_stored_tuples, check_string_size, check_tuple_depth
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
@@ -70,7 +70,7 @@ class RenderContext:
     """Per-render state: the environment's settings, counters, the root output, spans."""
 
     __slots__ = ("env", "sandbox", "undefined", "limits", "steps", "max_steps", "depth",
-                 "output_size", "max_output", "root_out", "spans")
+                 "output_size", "max_output", "root_out", "spans", "deadline", "expired")
 
     def __init__(self, env: Any, root_out: list, track_spans: bool) -> None:
         self.env = env
@@ -87,6 +87,17 @@ class RenderContext:
         self.max_output = env.limits.max_output_size
         self.root_out = root_out
         self.spans: Optional[List[Tuple[int, int]]] = [] if track_spans else None
+        # Wall-clock deadline (time.monotonic()), watched by deadline.py; None: no deadline.
+        self.deadline: Optional[float] = None
+        self.expired = False
+
+    activity = "render"  # what check_deadline() calls the work in progress
+
+    def expire(self) -> None:
+        """Called by the watchdog thread once the deadline has passed: every step check
+        from now on fails (see deadline.py), and the error says why."""
+        self.expired = True
+        self.max_steps = -1
 
     def step(self, steps: int = 1) -> None:
         """Charge ``steps`` and check the output size (a loop iteration, a call)."""
@@ -101,6 +112,8 @@ class RenderContext:
             raise self.too_much_work()
 
     def too_much_work(self) -> LimitExceededError:
+        if self.expired:
+            return self.limits.timed_out("render")
         return self.limits.exceeded(
             "max_steps", f"the render needs more than {self.max_steps:,} steps of work (loop "
             "iterations, macro calls and data processed)")
@@ -520,7 +533,6 @@ class Compiler:
             if loop is not None:
                 variables["loop"] = loop
             max_output = ctx.max_output
-            max_steps = ctx.max_steps
             hot = is_hot(len(items))
             if hot:
                 looped = hot_loop()
@@ -539,7 +551,8 @@ class Compiler:
                 if signal is BREAK:
                     ctx.steps -= operator.length_hint(remaining) * iteration_cost
                     break
-                if ctx.output_size > max_output or ctx.steps > max_steps:
+                # ctx.max_steps is read afresh: the deadline watchdog lowers it (deadline.py)
+                if ctx.output_size > max_output or ctx.steps > ctx.max_steps:
                     stop_over_limit(ctx, remaining)
             return None
 
@@ -589,6 +602,8 @@ class Compiler:
                         "cannot assign attribute on non-namespace object"), target)
                 scope.ctx.steps += SLOW_LOOKUP_STEPS
                 try:
+                    if isinstance(value, tuple):  # kept across iterations: bound its nesting
+                        check_tuple_depth(value)
                     namespace._template_setattr(attr, value)
                 except TemplateError as exc:
                     exc._locate(target.lineno, target.column)
@@ -901,7 +916,19 @@ class Compiler:
                 return _fresh_copier(value)
             return lambda scope: value
         items = [self.expr(item) for item in node.items]
-        return lambda scope: tuple([item(scope) for item in items])
+
+        def build_tuple(scope: Scope) -> tuple:
+            value = tuple([item(scope) for item in items])
+            for element in value:
+                if isinstance(element, tuple):  # nesting: bounded (see check_tuple_depth)
+                    try:
+                        check_tuple_depth(value)
+                    except TemplateError as exc:
+                        raise _locate(exc, node) from None
+                    break
+            return value
+
+        return build_tuple
 
     def e_list(self, node: n.Node) -> Expr:
         value = _literal_value(node)
@@ -1176,11 +1203,18 @@ class Compiler:
                 direct[cls] = function
         attribute_node = node.node
         weight = METHOD_WEIGHTS.get(name, 1)
+        # a mutator keeps its arguments: tuples stored that way must not nest without bound
+        stores = not immutable and any(name in names for names in MUTATORS.values())
 
         def method_call(scope: Scope) -> Any:
             owner = owner_of(scope)
             function = direct.get(type(owner))
             positional, keywords = args(scope)
+            if stores:
+                try:
+                    check_stored_tuples(positional, keywords)
+                except TemplateError as exc:
+                    raise _locate(exc, node) from None
             if weight:
                 cost = size_cost(owner)
                 if cost:

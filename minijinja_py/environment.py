@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import datetime as _datetime
     from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+from . import deadline as _deadline
 from . import limits as _limits
 from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
@@ -80,6 +81,7 @@ class Environment:
             self._cache[key] = cached  # most recently used goes last
             return cached
         _limits.ensure_recursion_headroom(self.limits)
+        parse_token = _limits.activate_parse(self.limits)  # the deadline of this parse
         try:
             ast = self._parse(source, name)
             try:
@@ -101,6 +103,8 @@ class Environment:
             raise
         except RecursionError:
             raise self.limits.exceeded("max_nesting", "template nested too deeply") from None
+        finally:
+            _limits.deactivate(parse_token)
         self._cache[key] = (ast, compiled)
         if len(self._cache) > _CACHE_SIZE:
             del self._cache[next(iter(self._cache))]
@@ -243,6 +247,9 @@ class Template:
         _limits.ensure_recursion_headroom(env.limits)
         limits_token = _limits.activate(ctx)
         sandbox_token = _sandbox.activate(env.sandbox)
+        ctx.deadline = env.limits.deadline()
+        if ctx.deadline is not None:
+            _deadline.watch(ctx)
         try:
             self._root(root, out)
             ctx.check_output()
@@ -255,6 +262,8 @@ class Template:
             err._attach_source(self.name, self.source)
             raise err from exc
         finally:
+            if ctx.deadline is not None:
+                _deadline.unwatch(ctx)
             _sandbox.deactivate(sandbox_token)
             _limits.deactivate(limits_token)
         return text, (ctx.spans or [])
@@ -280,11 +289,15 @@ def default_globals(env: Environment) -> Dict[str, Any]:
 
     return {
         "range": GlobalFunction("range", safe_range),
-        "dict": dict,  # the type itself, as in Jinja2 (`dict.fromkeys` works; `_` names don't)
+        # Instances and plain functions only, never the classes: a class reached by a
+        # template is shared by every render in the process (`cycler.reset(cycler)` would
+        # replace a method for all of them) and its unbound methods write to any object
+        # (`dict.update(messages[0], ...)` in the immutable sandbox).
+        "dict": TemplateDict(),  # calls like `dict`; `dict.fromkeys` works, nothing else
         "lipsum": GlobalFunction("lipsum", generate_lorem_ipsum),
-        "cycler": Cycler,
-        "joiner": Joiner,
-        "namespace": Namespace,
+        "cycler": GlobalFunction("cycler", Cycler),
+        "joiner": GlobalFunction("joiner", Joiner),
+        "namespace": GlobalFunction("namespace", Namespace),
         "self": TemplateReference(),
     }
 
@@ -347,7 +360,6 @@ def chat_environment(now: Union[None, _datetime.datetime, Callable[[], Any]] = N
     options.update(env_options)
     env = Environment(**options)
     env.globals["raise_exception"] = GlobalFunction("raise_exception", raise_template_error)
-    env.globals["namespace"] = GuardedNamespace
-    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = GlobalFunction("namespace", GuardedNamespace)
     env.globals["strftime_now"] = GlobalFunction("strftime_now", make_strftime_now(now))
     return env

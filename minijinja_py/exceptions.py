@@ -23,6 +23,7 @@ __all__ = [
     "SecurityError",
     "LimitExceededError",
     "SourceTooLargeError",
+    "DeadlineExceededError",
     "FilterArgumentError",
     "TemplateTypeError",
     "TemplateValueError",
@@ -102,6 +103,10 @@ class SecurityError(TemplateRuntimeError):
 
 class LimitExceededError(SecurityError):
     """A resource limit of :class:`minijinja_py.Limits` was exceeded."""
+
+
+class DeadlineExceededError(LimitExceededError):
+    """A parse or render ran longer than ``Limits.max_seconds`` (wall-clock time)."""
 
 
 class SourceTooLargeError(TemplateSyntaxError, LimitExceededError):

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextvars
 import sys
+import time
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Optional
 
-from .exceptions import LimitExceededError
+from .exceptions import DeadlineExceededError, LimitExceededError
+
+_monotonic = time.monotonic
 
 
 class Limits:
@@ -40,16 +43,22 @@ class Limits:
       runs, and filters, methods and operators cost a step per 16 characters or 2 items they
       read or build (see budget.py). This bounds time (about 5 seconds here) and the memory a
       render can allocate. A 20,000-message conversation takes a few million steps.
+    - ``max_seconds`` (10.0): most wall-clock seconds one parse (``from_string``) or one
+      render may take, whatever the step prices say (see deadline.py); ``None`` turns it off.
+      The step budget is the deterministic limit and normally fires first; the deadline is
+      the guarantee behind it.
     """
 
     FIELDS = ("max_range", "max_output_size", "max_string_size", "max_collection_size",
-              "max_int_digits", "max_recursion", "max_nesting", "max_steps", "max_source_size")
+              "max_int_digits", "max_recursion", "max_nesting", "max_steps", "max_source_size",
+              "max_seconds")
     __slots__ = FIELDS
 
     def __init__(self, *, max_range: int = 100_000, max_output_size: int = 200_000_000,
                  max_string_size: int = 50_000_000, max_collection_size: int = 10_000_000,
                  max_int_digits: int = 4_300, max_recursion: int = 100, max_nesting: int = 128,
-                 max_steps: int = 50_000_000, max_source_size: int = 1_000_000) -> None:
+                 max_steps: int = 50_000_000, max_source_size: int = 1_000_000,
+                 max_seconds: Optional[float] = 10.0) -> None:
         self.max_range = max_range
         self.max_output_size = max_output_size
         self.max_string_size = max_string_size
@@ -59,6 +68,9 @@ class Limits:
         self.max_nesting = max_nesting
         self.max_steps = max_steps
         self.max_source_size = max_source_size
+        if max_seconds is not None and not max_seconds > 0:
+            raise ValueError(f"Limits.max_seconds must be positive or None, not {max_seconds!r}")
+        self.max_seconds = max_seconds
 
     def __repr__(self) -> str:
         values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
@@ -71,11 +83,24 @@ class Limits:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def exceeded(self, field: str, detail: str) -> LimitExceededError:
+    def exceeded(self, field: str, detail: str,
+                 error_class: type = LimitExceededError) -> LimitExceededError:
         """The error for a broken limit: says which limit and how to raise it."""
-        return LimitExceededError(
+        return error_class(
             f"{detail} (limit Limits.{field}={getattr(self, field):,}; raise it with "
             f"Environment(limits=Limits({field}=...)) if this template is trusted)")
+
+    def timed_out(self, what: str) -> LimitExceededError:
+        """The error for a parse or render that ran past ``max_seconds``."""
+        return self.exceeded("max_seconds",
+                             f"the {what} ran past its deadline of {self.max_seconds:g} s",
+                             DeadlineExceededError)
+
+    def deadline(self) -> Optional[float]:
+        """The ``time.monotonic()`` by which work starting now must end, or None."""
+        if self.max_seconds is None:
+            return None
+        return _monotonic() + self.max_seconds
 
 
 DEFAULT_LIMITS = Limits()
@@ -98,16 +123,38 @@ def charge(steps: int) -> None:
             render.charge(steps)
 
 
+def check_deadline() -> None:
+    """Raise :class:`DeadlineExceededError` if the parse or render in progress has run past
+    ``Limits.max_seconds``. For long Python loops that charge no steps as they go (parsing,
+    filters working item by item): call it every few hundred items, it reads the clock."""
+    work = _current.get()
+    if work is not None:
+        deadline = work.deadline
+        if deadline is not None and _monotonic() > deadline:
+            if hasattr(work, "expire"):
+                work.expire()
+            raise work.limits.timed_out(work.activity)
+
+
 class _LimitsOnly:
-    """Limits put in force without a render: sizes are checked, work is not counted."""
+    """Limits put in force without a render (a parse, or a helper called outside a render):
+    sizes are checked, work is not counted, the deadline holds when one is given."""
 
-    __slots__ = ("limits",)
+    __slots__ = ("limits", "deadline", "activity")
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, deadline: Optional[float] = None,
+                 activity: str = "parse") -> None:
         self.limits = limits
+        self.deadline = deadline
+        self.activity = activity
 
     def charge(self, steps: int) -> None:
         pass
+
+
+def activate_parse(limits: Limits) -> contextvars.Token:
+    """Put ``limits`` in force for a parse and compile, with a deadline of ``max_seconds``."""
+    return _current.set(_LimitsOnly(limits, limits.deadline(), "parse"))
 
 
 def activate(render: Any) -> contextvars.Token:
@@ -137,6 +184,61 @@ def check_collection_size(size: int) -> None:
     limits = current_limits()
     if size > limits.max_collection_size:
         raise limits.exceeded("max_collection_size", f"sequence of {size:,} items refused")
+
+
+def check_tuple_depth(value: tuple) -> None:
+    """Refuse a tuple of tuples that would crash or hang the process when hashed.
+
+    Hashing a tuple (a dict key, ``in`` on a dict, ``unique``) recurses through the tuples it
+    holds in C, with no recursion check and no way to interrupt it: a chain nested hundreds of
+    thousands deep crashes the process, and a tuple holding the same sub-tuple twice at every
+    level (``(t, t)``, repeated) takes exponential time. So a template may keep a tuple nested
+    at most ``max_recursion`` deep and holding at most ``max_collection_size`` items counted
+    along every path (what hashing visits). Only tuples in tuples count: a list or dict stops
+    the recursion (they are not hashable). The walk goes level by level; each level holds the
+    distinct tuples at that distance with the number of paths reaching them, so shared
+    sub-tuples are not walked twice per level; every tuple visited is charged as work.
+    """
+    limits = current_limits()
+    level = {id(value): (value, 1)}
+    depth = 1
+    visited = 0
+    reached = len(value)  # items hashing visits, over every path
+    while True:
+        below: dict = {}
+        for outer, paths in level.values():
+            for item in outer:
+                if isinstance(item, tuple):
+                    key = id(item)
+                    seen = below.get(key)
+                    below[key] = (item, paths + (seen[1] if seen is not None else 0))
+        visited += len(level)
+        if not below:
+            break
+        depth += 1
+        if depth > limits.max_recursion:
+            charge(visited)
+            raise limits.exceeded("max_recursion",
+                                  f"a tuple nested more than {limits.max_recursion:,} deep refused")
+        reached += sum(len(item) * paths for item, paths in below.values())
+        if reached > limits.max_collection_size:
+            charge(visited)
+            raise limits.exceeded(
+                "max_collection_size", f"a tuple of tuples holding more than "
+                f"{limits.max_collection_size:,} items along its paths refused (hashing it "
+                "would visit every one)")
+        level = below
+    charge(visited)
+
+
+def check_stored_tuples(args: Any, kwargs: Any) -> None:
+    """:func:`check_tuple_depth` for the tuples among a mutator's arguments."""
+    for value in args:
+        if isinstance(value, tuple):
+            check_tuple_depth(value)
+    for value in kwargs.values():
+        if isinstance(value, tuple):
+            check_tuple_depth(value)
 
 
 def ensure_recursion_headroom(limits: Limits) -> None:

@@ -33,6 +33,9 @@ def object_type_repr(obj: Any) -> str:
     if obj is Ellipsis:
         return "Ellipsis"
     cls = type(obj)
+    shown = getattr(cls, "template_type_name", None)  # engine objects: the type Jinja2 shows
+    if shown is not None:
+        return f"{shown} object"
     if cls.__module__ == "builtins":
         return f"{cls.__name__} object"
     return f"{cls.__module__}.{cls.__name__} object"
@@ -185,6 +188,19 @@ class BoundMethod:
 
     def __repr__(self) -> str:
         return f"<built-in method {self.name} of {type(self.owner).__name__} object>"
+
+
+class MutatorMethod(BoundMethod):
+    """A list/dict mutator read by a template in a mutable environment (``items.append``):
+    the tuples it stores are checked for nesting (see limits.check_tuple_depth)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from .limits import check_stored_tuples
+
+        check_stored_tuples(args, kwargs)
+        return self.function(self.owner, *args, **kwargs)
 
 
 class Namespace:
@@ -448,7 +464,7 @@ class GlobalFunction:
         self.name = name
         self.function = function
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -472,6 +488,17 @@ class HostMethod:
 
     def __repr__(self) -> str:
         return f"<built-in method {self.name} of {self.owner_type} object>"
+
+
+class RuntimeMethod(HostMethod):
+    """A method of one of the engine's own objects (``loop.cycle``, ``cycler.next``): callable,
+    printed as Python prints a bound method, and no attribute leads on to the function."""
+
+    __slots__ = ()
+    template_type_name = "method"
+
+    def __repr__(self) -> str:
+        return f"<bound method {self.owner_type}.{self.name} of {self.method.__self__!r}>"
 
 
 def raise_template_error(message: Any) -> None:

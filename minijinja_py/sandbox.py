@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
 from .runtime import (MISSING, BoundMethod, Cycler, GlobalFunction, GuardedNamespace,
-                      HostMethod, Joiner, LazySequence, LoopContext, Macro, Namespace,
+                      HostMethod, Joiner, MutatorMethod, RuntimeMethod, LazySequence, LoopContext, Macro, Namespace,
                       TemplateDict,
                       TemplateReference, Undefined, unsafe_undefined)
 
@@ -98,8 +98,10 @@ class Sandbox:
         if table is not None:
             function = table.get(name)
             if function is not None:
-                if self.immutable and base in MUTATORS and name in MUTATORS[base]:
-                    return unsafe_undefined(obj, name, self.undefined)
+                if base in MUTATORS and name in MUTATORS[base]:
+                    if self.immutable:
+                        return unsafe_undefined(obj, name, self.undefined)
+                    return MutatorMethod(function, obj, name)
                 return BoundMethod(function, obj, name)
             if name in _NUMBER_ATTRIBUTES and base in (int, float):
                 return getattr(obj, name)
@@ -121,7 +123,11 @@ class Sandbox:
             if isinstance(obj, Namespace):
                 return obj._template_getattr(name)
             if name in type(obj).template_attributes:
-                return getattr(obj, name)
+                value = getattr(obj, name)
+                if isinstance(value, _METHOD_TYPES):
+                    # `loop.cycle`, `cycler.next`: callable, but no way on to the function
+                    return RuntimeMethod(value, name, type(obj).__name__)
+                return value
             return MISSING
         if obj is None or isinstance(obj, (bool, int, float, complex)):
             if name in _NUMBER_ATTRIBUTES and obj is not None:

@@ -19,8 +19,9 @@ import pytest
 
 import minijinja_py as mj
 from minijinja_py.analysis import analyze_template
-from minijinja_py.chat import (ChatConfigError, ChatTemplate, RenderResult, apply_chat_template,
-                               load_chat_config, plain_template_data, select_template)
+from minijinja_py.chat import (ChatConfigError, ChatTemplate, ChatTemplateValueError, RenderResult,
+                               apply_chat_template, load_chat_config, plain_template_data,
+                               select_template)
 from minijinja_py.gguf import GGUFError, read_gguf_chat_info, read_gguf_metadata
 from minijinja_py.schema import (DocstringParsingException, TypeHintParsingException,
                                  get_json_schema, parse_google_docstring)
@@ -48,8 +49,10 @@ def test_keys_whose_value_is_none_are_dropped() -> None:
 
 
 def test_empty_conversation_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="empty") as info:
         ChatTemplate(SIMPLE).render([])
+    assert isinstance(info.value, ChatTemplateValueError)
+    assert isinstance(info.value, mj.TemplateError)
     with pytest.raises(ValueError):
         ChatTemplate(SIMPLE).render(())
 
@@ -208,15 +211,23 @@ def test_continue_final_message_with_a_field_name() -> None:
 ])
 def test_continue_final_message_errors_are_value_errors(template: str, messages: list,
                                                         option: Any, message: str) -> None:
+    # a ValueError as in transformers, and a TemplateError like every other render failure
     with pytest.raises(ValueError, match=message) as info:
         ChatTemplate(template).render(messages, continue_final_message=option)
-    assert not isinstance(info.value, mj.TemplateError)
+    assert isinstance(info.value, mj.TemplateError)
+    assert type(info.value) is ChatTemplateValueError
+    assert info.value.lineno is None and str(info.value).startswith("continue_final_message")
 
 
 def test_continue_final_message_and_add_generation_prompt_conflict() -> None:
-    with pytest.raises(ValueError, match="together"):
+    with pytest.raises(ChatTemplateValueError, match="together") as info:
         ChatTemplate(SIMPLE).render(CONVERSATION, continue_final_message=True,
                                     add_generation_prompt=True)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, mj.TemplateError)
+    assert str(info.value) == (
+        "continue_final_message and add_generation_prompt cannot be used together: "
+        "continue_final_message lets the model continue the final message, "
+        "add_generation_prompt starts a new assistant message.")
 
 
 # ---- generation spans -----------------------------------------------------------------------

@@ -206,6 +206,46 @@ def test_data_errors_exit_1(tmp_path: Path) -> None:
     assert result.returncode == 1 and "together" in result.stderr
 
 
+def test_hostile_inputs_exit_non_zero_with_one_line(tmp_path: Path) -> None:
+    # (tests/security/test_loading.py has the full set; these go through the real entry point)
+    model = tmp_path / "model"
+    (model / "additional_chat_templates").mkdir(parents=True)
+    (model / "chat_template.jinja").write_text("x")
+    (tmp_path / "outside.jinja").write_text("OUTSIDE-TEXT {{")
+    os.symlink(tmp_path / "outside.jinja", model / "additional_chat_templates" / "o.jinja")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    nested_gguf = tmp_path / "nested.gguf"
+    body = struct.pack("<IQ", 4, 0)
+    for _ in range(20):
+        body = struct.pack("<IQ", 9, 1) + body
+    nested_gguf.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a"
+                            + struct.pack("<I", 9) + body)
+    cases = [
+        (["render", str(model)], "outside the model folder", 1),
+        (["check", str(model)], "outside the model folder", 1),
+        (["render", str(EXAMPLE), "--messages", str(deep)], "nested too deeply", 1),
+        (["render", str(EXAMPLE), "--var", "x=" + "9" * 5000], "digits", 2),
+        (["render", str(nested_gguf)], "deeper than 8 levels", 1),
+    ]
+    for args, message, code in cases:
+        result = run(args)
+        assert result.returncode == code, (args, result.stderr)
+        assert result.stdout == "" and "OUTSIDE-TEXT" not in result.stderr
+        assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+        assert result.stderr.startswith("minijinja-py: error: ")
+
+
+def test_lone_surrogates_are_written_as_escapes(tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages[0].content }}")
+    result = run(["render", str(template), "--messages", "-"],
+                 stdin='[{"role": "user", "content": "\\udc80!"}]')
+    assert result.returncode == 0
+    assert result.stdout == "\\udc80!"
+    assert "1 lone surrogate" in result.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     ([], "required"),
     (["render"], "required"),

@@ -37,7 +37,8 @@ FAST = 20.0
 TIMEOUT = 60.0
 
 FIELDS = ("max_range", "max_output_size", "max_string_size", "max_collection_size",
-          "max_int_digits", "max_recursion", "max_nesting", "max_steps", "max_source_size")
+          "max_int_digits", "max_recursion", "max_nesting", "max_steps", "max_source_size",
+          "max_seconds")  # max_seconds: tests/security/test_deadline.py
 
 BIG = "{% set a = 'x' * 10**7 %}"          # a 10 MB string, well under max_string_size
 CYCLIC = "(lambda l: (l.append(l), l)[1])([1])"

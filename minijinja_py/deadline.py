@@ -1,0 +1,92 @@
+"""The wall-clock deadline of every render: ``Limits.max_seconds``, whatever the step prices say.
+
+The step budget (budget.py) is deterministic but only as good as its prices: any operation
+priced below its real cost becomes a loop that runs for minutes. The deadline is the guarantee
+behind it. One daemon thread (the watchdog) watches the renders in progress; when one passes
+its deadline, the watchdog lowers that render's step allowance below zero, so the very next
+step check anywhere in the evaluator (every loop iteration and macro call makes one, generated
+code included) raises :class:`~minijinja_py.exceptions.DeadlineExceededError`. The hot path
+pays nothing for it: the checks it already makes see the lowered allowance.
+
+Why a thread and not a clock read per check: reading the clock on every loop iteration costs
+more than the iteration itself in the simplest loops; a flag written by another thread costs
+nothing. Why not a signal: signals only reach the main thread, and servers render in workers.
+
+Long parses and Python loops inside filters call :func:`minijinja_py.limits.check_deadline`
+instead (a clock read), every few hundred items.
+
+The watchdog starts with the first render, sleeps until the nearest deadline (at most
+:data:`TICK` seconds, so a render registered while it sleeps is never late by more than that)
+and ends itself after :data:`IDLE_EXIT` seconds without renders.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict
+
+#: Longest sleep of the watchdog while renders are in progress (seconds).
+TICK = 0.05
+#: The watchdog ends after this many seconds without any render in progress.
+IDLE_EXIT = 5.0
+
+monotonic = time.monotonic
+
+# id(render) -> render: the renders in progress. Plain dict operations (atomic in CPython) so
+# registering costs no lock; the watchdog copies the values before scanning them.
+_active: Dict[int, Any] = {}
+_running = False
+_lock = threading.Lock()
+_wake = threading.Event()
+
+
+def watch(render: Any) -> None:
+    """Watch ``render`` (it has ``deadline`` and ``expire()``) until :func:`unwatch`."""
+    global _running
+    _active[id(render)] = render
+    if not _running:
+        with _lock:
+            if not _running:
+                _running = True
+                threading.Thread(target=_watchdog, name="minijinja_py-deadline",
+                                 daemon=True).start()
+    elif render.deadline - monotonic() < TICK:
+        _wake.set()  # a very short deadline: do not wait for the next tick
+
+
+def unwatch(render: Any) -> None:
+    _active.pop(id(render), None)
+
+
+def _watchdog() -> None:
+    global _running
+    idle_since = monotonic()
+    while True:
+        now = monotonic()
+        nearest = now + TICK
+        for render in list(_active.values()):
+            deadline = render.deadline
+            if now >= deadline:
+                render.expire()
+                _active.pop(id(render), None)
+            elif deadline < nearest:
+                nearest = deadline
+        if _active:
+            idle_since = now
+        elif now - idle_since > IDLE_EXIT:
+            with _lock:
+                _running = False
+            # A render may have registered between the check above and the flag's reset
+            # without starting a thread (it saw the flag still set): look once more.
+            if not _active:
+                return
+            with _lock:
+                if _running:  # another watchdog started meanwhile
+                    return
+                _running = True
+        _wake.wait(max(0.0, nearest - monotonic()))
+        _wake.clear()

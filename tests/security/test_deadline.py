@@ -1,0 +1,192 @@
+"""``Limits.max_seconds``: the wall-clock deadline holds whatever the step prices say.
+
+The step budget is only as good as its prices; the deadline (deadline.py: a watchdog thread
+lowers the render's step allowance, so the next step check fails) must stop any loop, in the
+closures and in generated code, in every thread, and must never fire on work that ends in
+time. Timings here are generous bounds (the machines are shared and noisy): each hostile
+render has a step budget far larger than it could use, so only the deadline can stop it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, List
+
+import pytest
+
+import minijinja_py as mj
+from minijinja_py import deadline as watchdog
+
+from security_support import run_isolated
+
+#: Steps no test here can use up: only the deadline can stop these renders.
+UNBOUNDED_STEPS = 10**15
+#: A deadline that fired must have fired within this many seconds past it (a generous
+#: margin for loaded machines; the watchdog's own lateness is at most deadline.TICK).
+LATE = 3.0
+
+# Loops priced far below their real cost (or run long on purpose): each would run for hours.
+SLOW_LOOPS = {
+    "nested-ranges": "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}"
+                     "{% endfor %}",
+    "namespace-counter": "{% set ns = namespace(n=0) %}{% for a in range(100000) %}"
+                         "{% for b in range(100000) %}{% set ns.n = ns.n + 1 %}{% endfor %}"
+                         "{% endfor %}",
+    "printing": "{% for a in range(100000) %}{% for b in range(100000) %}{{ b }}{% endfor %}"
+                "{% endfor %}",
+    "macro-calls": "{% macro f(n) %}{{ n }}{% endmacro %}{% for a in range(100000) %}"
+                   "{% for b in range(100000) %}{{ f(b) }}{% endfor %}{% endfor %}",
+    "self-calling-macro": "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
+                          "{% endmacro %}{{ f(60) }}",
+    "string-scan": "{% set s = 'x' * 1000000 %}{% for a in range(100000) %}"
+                   "{% for b in range(100000) %}{{ 'y' in s }}{% endfor %}{% endfor %}",
+}
+
+
+def _limits(seconds: float, **more: Any) -> mj.Limits:
+    return mj.Limits(max_steps=UNBOUNDED_STEPS, max_seconds=seconds, max_output_size=10**12,
+                     max_recursion=1000, **more)
+
+
+def _deadline_error(source: str, seconds: float, **data: Any) -> float:
+    env = mj.chat_environment(limits=_limits(seconds))
+    template = env.from_string(source)
+    start = time.monotonic()
+    with pytest.raises(mj.DeadlineExceededError) as info:
+        template.render(**data)
+    elapsed = time.monotonic() - start
+    assert "Limits.max_seconds" in info.value.message
+    assert isinstance(info.value, mj.LimitExceededError)
+    assert info.value.lineno is not None  # located at the statement that was running
+    return elapsed
+
+
+@pytest.mark.parametrize("source", list(SLOW_LOOPS.values()), ids=list(SLOW_LOOPS))
+def test_deadline_stops_a_loop_whatever_its_price(source: str) -> None:
+    elapsed = _deadline_error(source, 0.5)
+    assert 0.5 <= elapsed < 0.5 + LATE
+
+
+@pytest.mark.parametrize("source", list(SLOW_LOOPS.values()), ids=list(SLOW_LOOPS))
+def test_deadline_stops_generated_loops_too(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hot loops switch to generated Python (codegen.py); the deadline reaches them."""
+    from minijinja_py import compiler
+
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1, raising=False)
+    elapsed = _deadline_error(source, 0.5)
+    assert 0.5 <= elapsed < 0.5 + LATE
+
+
+def test_the_error_names_the_limit_and_how_to_raise_it() -> None:
+    with pytest.raises(mj.DeadlineExceededError) as info:
+        mj.chat_environment(limits=_limits(0.2)).from_string(SLOW_LOOPS["nested-ranges"]).render()
+    message = info.value.message
+    assert "deadline of 0.2 s" in message
+    assert "Environment(limits=Limits(max_seconds=...))" in message
+
+
+def test_default_deadline_stops_a_loop_the_step_budget_underprices() -> None:
+    """With the default limits, in a child process: the render ends with a limit error (the
+    step budget or the deadline) long before the test's own timeout."""
+    result = run_isolated(SLOW_LOOPS["self-calling-macro"], timeout=60.0)
+    assert result.kind == "template_error", result.describe()
+    assert result.is_limit, result.describe()
+    assert result.elapsed < mj.Limits().max_seconds + 10
+
+
+def test_work_that_ends_in_time_is_never_stopped() -> None:
+    env = mj.chat_environment(limits=_limits(5.0))
+    template = env.from_string("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(200)]
+    expected = "".join(f"<user>message {i}" for i in range(200))
+    for _ in range(300):  # many short renders: each one's deadline is its own
+        assert template.render(messages=messages) == expected
+
+
+def test_deadline_is_per_render_not_per_template() -> None:
+    """A template rendered many times: the clock starts at each render."""
+    env = mj.chat_environment(limits=_limits(0.5))
+    template = env.from_string("{% for i in range(n) %}{{ i }}{% endfor %}")
+    start = time.monotonic()
+    while time.monotonic() - start < 1.2:  # longer than one deadline in total
+        assert template.render(n=100).endswith("99")
+
+
+def test_deadline_can_be_turned_off() -> None:
+    limits = mj.Limits(max_seconds=None)
+    assert limits.deadline() is None
+    assert mj.chat_environment(limits=limits).from_string("{{ 1 + 1 }}").render() == "2"
+
+
+@pytest.mark.parametrize("value", [0, -1, 0.0])
+def test_deadline_must_be_positive(value: float) -> None:
+    with pytest.raises(ValueError):
+        mj.Limits(max_seconds=value)
+
+
+def test_deadlines_hold_in_many_threads_at_once() -> None:
+    """Eight threads: four render forever-loops with short deadlines, four render quick work
+    continuously; every slow one stops, no quick one is hurt."""
+    env = mj.chat_environment(limits=_limits(0.7))
+    slow = env.from_string(SLOW_LOOPS["namespace-counter"])
+    quick = env.from_string("{% for i in range(50) %}{{ i }},{% endfor %}")
+    expected = "".join(f"{i}," for i in range(50))
+    outcomes: List[Any] = []
+    stop = threading.Event()
+
+    def run_slow() -> None:
+        start = time.monotonic()
+        try:
+            slow.render()
+            outcomes.append(("slow", "finished"))
+        except mj.DeadlineExceededError:
+            outcomes.append(("slow", time.monotonic() - start))
+        except BaseException as exc:  # pragma: no cover - reported below
+            outcomes.append(("slow", repr(exc)))
+
+    def run_quick() -> None:
+        bad = 0
+        while not stop.is_set():
+            if quick.render() != expected:
+                bad += 1
+        outcomes.append(("quick", bad))
+
+    threads = [threading.Thread(target=run_slow) for _ in range(4)]
+    threads += [threading.Thread(target=run_quick) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads[:4]:
+        thread.join(timeout=60)
+    stop.set()
+    for thread in threads[4:]:
+        thread.join(timeout=60)
+    slow_results = [value for kind, value in outcomes if kind == "slow"]
+    quick_results = [value for kind, value in outcomes if kind == "quick"]
+    assert len(slow_results) == 4 and len(quick_results) == 4, outcomes
+    # with 8 threads sharing the GIL each slow render gets a fraction of the CPU, so allow more
+    assert all(isinstance(v, float) and 0.7 <= v < 0.7 + 4 * LATE for v in slow_results), outcomes
+    assert quick_results == [0, 0, 0, 0]
+
+
+def test_watchdog_restarts_after_going_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog thread ends when idle; the next render starts it again and is watched."""
+    monkeypatch.setattr(watchdog, "IDLE_EXIT", 0.05)
+    env = mj.chat_environment(limits=_limits(0.5))
+    assert env.from_string("{{ 1 }}").render() == "1"
+    deadline = time.monotonic() + 10
+    while watchdog._running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not watchdog._running, "the idle watchdog did not end"
+    elapsed = _deadline_error(SLOW_LOOPS["nested-ranges"], 0.5)
+    assert elapsed < 0.5 + LATE
+
+
+def test_no_render_is_left_registered() -> None:
+    env = mj.chat_environment(limits=_limits(5.0))
+    for source in ("{{ 1 }}", "{{ x.y.z }}", "{{ raise_exception('no') }}", "{{ 1 // 0 }}"):
+        try:
+            env.from_string(source).render()
+        except mj.TemplateError:
+            pass
+    assert not watchdog._active

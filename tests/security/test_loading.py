@@ -1,0 +1,665 @@
+"""Hostile model folders, config files, GGUF files and command lines.
+
+The promise of the loading paths (``ChatTemplate.from_tokenizer_config``, ``load_chat_config``,
+``read_gguf_chat_info`` and the ``minijinja-py`` command): bad input gives one clear error
+(a :class:`ChatConfigError`/:class:`GGUFError`, both ValueErrors, naming the file; on the
+command line one ``minijinja-py: error: ...`` line and a non-zero exit), never a traceback,
+never a hang, and nothing outside the model folder is ever read.
+
+Everything here uses real files in ``tmp_path``: real symlinks, real FIFOs (``os.mkfifo``),
+``/dev/zero``. Anything that would hang or eat memory if the protection regressed runs in a
+child process with a timeout (and a cap on its address space), so a regression fails one test
+instead of stalling the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+import minijinja_py as mj
+from minijinja_py import cli, gguf
+from minijinja_py.chat import (MAX_CONFIG_BYTES, ChatConfigError, ChatTemplate,
+                               ChatTemplateValueError, load_chat_config)
+from minijinja_py.gguf import GGUFError, is_gguf_file, read_gguf_chat_info, read_gguf_metadata
+
+PACKAGE_PARENT = str(Path(mj.__file__).resolve().parent.parent)
+TIMEOUT = 20  # seconds; generous, the machine is shared: a hang is what this catches
+HI = [{"role": "user", "content": "hi"}]
+# What the file outside the folder holds: it must never show up anywhere. It looks like template
+# syntax with an error, so that reading it would print it in a syntax error's caret line.
+SECRET = "TOP-SECRET-6f1d {{ password"
+
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+needs_dev_zero = pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+
+
+# ---- helpers --------------------------------------------------------------------------------
+def _limit_memory() -> None:  # pragma: no cover - runs in the child
+    try:
+        import resource
+
+        cap = 2 * 1024 ** 3
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def run_child(code: str, *args: str) -> Dict[str, Any]:
+    """Run ``code`` in a fresh interpreter (timeout, 2 GB address space); it prints one JSON
+    line. A timeout fails the test with a clear message instead of hanging the run."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                                capture_output=True, text=True, env=env, timeout=TIMEOUT,
+                                preexec_fn=_limit_memory if os.name == "posix" else None)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"timed out after {TIMEOUT} s (the loader blocked or ran away)")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+LOAD_IN_CHILD = """
+    import json, sys
+    from minijinja_py.chat import ChatTemplate
+    try:
+        ct = ChatTemplate.from_tokenizer_config(sys.argv[1])
+        print(json.dumps({"ok": True, "source": ct.source}))
+    except Exception as exc:
+        print(json.dumps({"ok": False, "type": type(exc).__name__, "message": str(exc),
+                          "value_error": isinstance(exc, ValueError)}))
+"""
+
+
+def load_in_child(path: Path) -> Dict[str, Any]:
+    return run_child(LOAD_IN_CHILD, str(path))
+
+
+def run_cli(args: List[str], cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """The command line in a child process, with a timeout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        result = subprocess.run([sys.executable, "-m", "minijinja_py", *args],
+                                capture_output=True, env=env, timeout=TIMEOUT,
+                                cwd=str(cwd) if cwd else None,
+                                preexec_fn=_limit_memory if os.name == "posix" else None)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"minijinja-py {' '.join(args)} timed out after {TIMEOUT} s")
+    result.stdout = result.stdout.decode("utf-8", "replace")
+    result.stderr = result.stderr.decode("utf-8", "replace")
+    return result
+
+
+def assert_one_line_error(returncode: int, stdout: str, stderr: str, *needles: str) -> None:
+    assert returncode not in (0, None), (stdout, stderr)
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("minijinja-py: error: "), stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, stderr)
+    assert SECRET not in stdout and SECRET not in stderr
+    assert "TOP-SECRET" not in stdout and "TOP-SECRET" not in stderr
+
+
+def cli_main(capsys: pytest.CaptureFixture, args: List[str]) -> tuple:
+    code = cli.main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A model folder with a good main template and an additional-templates directory, and a
+    secret file next to (outside) it."""
+    model = tmp_path / "model"
+    (model / "additional_chat_templates").mkdir(parents=True)
+    (model / "chat_template.jinja").write_text("main:{{ messages[0].content }}")
+    (tmp_path / "secret.txt").write_text(SECRET)
+    return model
+
+
+def extra(folder: Path, name: str = "x.jinja") -> Path:
+    return folder / "additional_chat_templates" / name
+
+
+def assert_refused(exc: BaseException, path: Path, reason: str) -> None:
+    assert isinstance(exc, ChatConfigError) and isinstance(exc, ValueError)
+    message = str(exc)
+    assert str(path) in message, message
+    assert reason in message, message
+    assert "\n" not in message
+    assert "TOP-SECRET" not in message
+
+
+# ---- 1. only regular files inside the folder ------------------------------------------------
+@needs_dev_zero
+def test_a_symlink_to_dev_zero_is_refused_without_reading(folder: Path) -> None:
+    link = extra(folder)
+    os.symlink("/dev/zero", link)
+    outcome = load_in_child(folder)
+    assert outcome["ok"] is False and outcome["type"] == "ChatConfigError", outcome
+    assert str(link) in outcome["message"] and "outside the model folder" in outcome["message"]
+
+
+@needs_fifo
+@pytest.mark.parametrize("name", ["additional_chat_templates/x.jinja", "chat_template.jinja",
+                                  "tokenizer_config.json", "special_tokens_map.json"])
+def test_a_fifo_in_the_folder_is_refused_without_blocking(folder: Path, name: str) -> None:
+    if name == "chat_template.jinja":
+        (folder / name).unlink()
+    os.mkfifo(folder / name)
+    outcome = load_in_child(folder)
+    assert outcome["ok"] is False and outcome["type"] == "ChatConfigError", outcome
+    assert str(folder / name) in outcome["message"]
+    assert "FIFO" in outcome["message"] and "not a regular file" in outcome["message"]
+
+
+@needs_fifo
+def test_a_fifo_named_directly_is_refused_without_blocking(tmp_path: Path) -> None:
+    for name in ("t.jinja", "tokenizer_config.json", "model.gguf", "no_suffix"):
+        os.mkfifo(tmp_path / name)
+        outcome = load_in_child(tmp_path / name)
+        assert outcome["type"] == "ChatConfigError", outcome
+        assert "FIFO" in outcome["message"] and str(tmp_path / name) in outcome["message"]
+
+
+@needs_dev_zero
+def test_a_device_named_directly_is_refused(tmp_path: Path) -> None:
+    outcome = load_in_child(Path("/dev/zero"))
+    assert outcome["type"] == "ChatConfigError" and "character device" in outcome["message"]
+    os.symlink("/dev/zero", tmp_path / "zero.jinja")
+    outcome = load_in_child(tmp_path / "zero.jinja")
+    assert outcome["type"] == "ChatConfigError" and "character device" in outcome["message"]
+
+
+@pytest.mark.parametrize("name", ["additional_chat_templates/x.jinja", "chat_template.jinja",
+                                  "tokenizer_config.json", "special_tokens_map.json"])
+def test_a_symlink_leading_outside_the_folder_is_never_read(folder: Path, name: str) -> None:
+    target = folder.parent / "secret.txt"
+    if name.endswith(".json"):
+        (folder / "chat_template.jinja").unlink()
+        target.write_text(json.dumps({"chat_template": SECRET, "bos_token": SECRET}))
+    elif name == "chat_template.jinja":
+        (folder / name).unlink()
+    os.symlink(target, folder / name)
+    with pytest.raises(ChatConfigError) as info:
+        ChatTemplate.from_tokenizer_config(folder)
+    assert_refused(info.value, folder / name, "leads outside the model folder")
+    # relative links, and links through a linked directory, are resolved the same way
+    (folder / name).unlink()
+    os.symlink(os.path.relpath(target, (folder / name).parent), folder / name)
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, folder / name, "leads outside the model folder")
+
+
+def test_a_linked_template_directory_leading_outside_is_refused(folder: Path,
+                                                                 tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.jinja").write_text(SECRET)
+    (folder / "additional_chat_templates").rmdir()
+    os.symlink(outside, folder / "additional_chat_templates")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, folder / "additional_chat_templates", "outside the model folder")
+
+
+def test_symlinks_inside_the_folder_are_fine(folder: Path) -> None:
+    os.symlink("../chat_template.jinja", extra(folder, "alias.jinja"))
+    (folder / "real_config.json").write_text(json.dumps({"bos_token": "<s>"}))
+    os.symlink("real_config.json", folder / "tokenizer_config.json")
+    config = load_chat_config(folder)
+    assert config.templates == {"default": "main:{{ messages[0].content }}",
+                                "alias": "main:{{ messages[0].content }}"}
+    assert config.special_tokens == {"bos_token": "<s>"}
+    # the folder itself may be reached through a symlink
+    os.symlink(folder, folder.parent / "linked-model")
+    assert ChatTemplate.from_tokenizer_config(folder.parent / "linked-model").render(HI) == \
+        "main:hi"
+
+
+def test_a_hugging_face_cache_snapshot_reads_its_blobs(tmp_path: Path) -> None:
+    # models--org--name/snapshots/<rev>/<file> -> ../../blobs/<hash>: the hub cache layout
+    repo = tmp_path / "hub" / "models--org--name"
+    snapshot = repo / "snapshots" / "0123abcd"
+    (snapshot / "additional_chat_templates").mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "aaa").write_text(json.dumps({"chat_template": "cfg", "eos_token": "</s>"}))
+    (repo / "blobs" / "bbb").write_text("tool:{{ eos_token }}")
+    os.symlink("../../blobs/aaa", snapshot / "tokenizer_config.json")
+    os.symlink("../../../blobs/bbb", snapshot / "additional_chat_templates" / "tool_use.jinja")
+    config = load_chat_config(snapshot)
+    assert config.templates == {"tool_use": "tool:{{ eos_token }}"}
+    assert config.special_tokens == {"eos_token": "</s>"}
+    # ... but nothing else outside the snapshot
+    (tmp_path / "hub" / "secret.txt").write_text(SECRET)
+    os.symlink("../../../secret.txt", snapshot / "chat_template.jinja")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(snapshot)
+    assert_refused(info.value, snapshot / "chat_template.jinja", "outside the model folder")
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling symlink"])
+def test_other_odd_entries_are_refused(folder: Path, kind: str) -> None:
+    if kind == "directory":
+        extra(folder).mkdir()
+        reason = "a directory, not a regular file"
+    else:
+        os.symlink("missing.jinja", extra(folder))
+        reason = "does not exist"
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, extra(folder), reason)
+
+
+def test_only_jinja_files_are_listed(folder: Path) -> None:
+    (folder / "additional_chat_templates" / "notes.txt").write_text("{{ oops")
+    (folder / "additional_chat_templates" / "README").write_text("{{ oops")
+    assert sorted(load_chat_config(folder).templates) == ["default"]
+    # as Path.glob("*.jinja") (transformers) lists them, hidden names included
+    (folder / "additional_chat_templates" / ".hidden.jinja").write_text("h")
+    assert sorted(load_chat_config(folder).templates) == [".hidden", "default"]
+
+
+# ---- sizes ----------------------------------------------------------------------------------
+def test_an_oversize_template_is_refused(folder: Path) -> None:
+    cap = mj.Limits().max_source_size
+    extra(folder).write_text("x" * (cap + 1))
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, extra(folder), "max_source_size")
+    # far larger than any template: refused from fstat, before reading
+    with open(extra(folder), "wb") as handle:
+        handle.truncate(4 * cap + 1)
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, extra(folder), "bytes, more than")
+    # exactly at the limit (multi-byte characters count as one) is fine
+    extra(folder).write_text("é" * cap, encoding="utf-8")
+    assert len(load_chat_config(folder).templates["x"]) == cap
+
+
+def test_an_oversize_config_is_refused_before_reading(tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer_config.json"
+    with open(path, "wb") as handle:  # sparse: costs no disk
+        handle.truncate(MAX_CONFIG_BYTES + 1)
+    for source in (tmp_path, path):
+        with pytest.raises(ChatConfigError) as info:
+            load_chat_config(source)
+        assert_refused(info.value, path, "bytes, more than")
+
+
+# ---- 2. JSON problems -----------------------------------------------------------------------
+JSON_PROBLEMS = [
+    ("deep", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("deep object", b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+    ("huge int", b'{"chat_template": "x", "n": ' + b"7" * 5000 + b"}", "digits"),
+    ("invalid utf-8", b'{"chat_template": "\xff\xfe"}', "not UTF-8"),
+    ("invalid json", b'{"chat_template": ', "not valid JSON"),
+    ("not an object", b"[1, 2]", "expected a JSON object"),
+]
+
+
+@pytest.mark.parametrize("label,data,reason", JSON_PROBLEMS, ids=[p[0] for p in JSON_PROBLEMS])
+@pytest.mark.parametrize("where", ["folder", "file"])
+def test_json_problems_are_config_errors(tmp_path: Path, label: str, data: bytes, reason: str,
+                                         where: str) -> None:
+    path = tmp_path / "tokenizer_config.json"
+    path.write_bytes(data)
+    with pytest.raises(ChatConfigError) as info:
+        ChatTemplate.from_tokenizer_config(tmp_path if where == "folder" else path)
+    assert_refused(info.value, path, reason)
+
+
+def test_json_problems_in_the_other_config_files(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "chat_template.json").write_bytes(b"[" * 100_000)
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(tmp_path)
+    assert_refused(info.value, tmp_path / "chat_template.json", "nested too deeply")
+    (tmp_path / "special_tokens_map.json").write_bytes(b'{"bos_token": ' + b"9" * 5000 + b"}")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(tmp_path)
+    assert_refused(info.value, tmp_path / "special_tokens_map.json", "digits")
+
+
+def test_a_template_file_that_is_not_utf8(folder: Path) -> None:
+    (folder / "chat_template.jinja").write_bytes(b"ok \xff")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, folder / "chat_template.jinja", "not UTF-8")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder / "chat_template.jinja")
+    assert_refused(info.value, folder / "chat_template.jinja", "not UTF-8")
+
+
+# ---- 3. GGUF --------------------------------------------------------------------------------
+def gguf_header(entries: int) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, entries)
+
+
+def gguf_string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return struct.pack("<Q", len(data)) + data
+
+
+def gguf_nested_empty_arrays(count: int) -> bytes:
+    """One key holding ``count`` empty uint32 arrays (12 bytes each), then a template."""
+    return b"".join([
+        gguf_header(2),
+        gguf_string("junk"), struct.pack("<I", 9), struct.pack("<IQ", 9, count),
+        struct.pack("<IQ", 4, 0) * count,
+        gguf_string("tokenizer.chat_template"), struct.pack("<I", 8), gguf_string("T{{ 1 }}"),
+    ])
+
+
+def gguf_deep_arrays(depth: int) -> bytes:
+    # [[[...[]...]]]: each level an array holding one array
+    body = struct.pack("<IQ", 4, 0)
+    for _ in range(depth - 1):
+        body = struct.pack("<IQ", 9, 1) + body
+    return gguf_header(1) + gguf_string("deep") + struct.pack("<I", 9) + body
+
+
+def test_gguf_arrays_nested_too_deep_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deep.gguf"
+    path.write_bytes(gguf_deep_arrays(gguf.MAX_ARRAY_DEPTH))
+    assert read_gguf_metadata(path)[1]["deep"].count == 1  # the deepest allowed
+    path.write_bytes(gguf_deep_arrays(gguf.MAX_ARRAY_DEPTH + 1))
+    for read in (read_gguf_chat_info, read_gguf_metadata,
+                 lambda p: read_gguf_metadata(p, load_array=lambda key: True)):
+        with pytest.raises(GGUFError, match="deeper than") as info:
+            read(path)
+        assert str(path) in str(info.value)
+    with pytest.raises(GGUFError):
+        ChatTemplate.from_tokenizer_config(path)
+
+
+def test_gguf_nested_arrays_are_skipped_without_building_anything(tmp_path: Path) -> None:
+    # 200,000 empty arrays (2.4 MB) under a key nobody needs: stepped over, nothing kept
+    path = tmp_path / "nested.gguf"
+    path.write_bytes(gguf_nested_empty_arrays(200_000))
+    outcome = run_child("""
+        import json, sys, time, tracemalloc
+        from minijinja_py.gguf import read_gguf_chat_info, read_gguf_metadata
+        tracemalloc.start()
+        info = read_gguf_chat_info(sys.argv[1])
+        _, metadata = read_gguf_metadata(sys.argv[1])
+        peak = tracemalloc.get_traced_memory()[1]
+        print(json.dumps({"templates": info.templates, "junk": repr(metadata["junk"]),
+                          "peak": peak}))
+    """, str(path))
+    assert outcome["templates"] == {"default": "T{{ 1 }}"}
+    assert outcome["junk"] == "GGUFArray(item_type='array', count=200000)"
+    assert outcome["peak"] < 2_000_000, outcome  # a list of 200,000 items would be ~10 MB
+
+
+def test_gguf_nested_arrays_are_capped_over_the_whole_file(tmp_path: Path) -> None:
+    # past MAX_NESTED_ARRAYS (1,000,000: 12 MB of headers) the file is refused; here the cap is
+    # lowered so that the file stays small
+    path = tmp_path / "nested.gguf"
+    path.write_bytes(gguf_nested_empty_arrays(5_000))
+    code = """
+        import json, sys, time
+        from minijinja_py import gguf
+        gguf.MAX_NESTED_ARRAYS = 4_999
+        try:
+            gguf.read_gguf_chat_info(sys.argv[1])
+            print(json.dumps({"ok": True}))
+        except gguf.GGUFError as exc:
+            print(json.dumps({"ok": False, "message": str(exc)}))
+    """
+    outcome = run_child(code, str(path))
+    assert outcome["ok"] is False and "arrays of arrays" in outcome["message"]
+    assert str(path) in outcome["message"]
+
+
+def test_gguf_the_real_cap_stops_the_183_mb_file_at_once(tmp_path: Path) -> None:
+    # The hostile file of the issue: 15 million nested empty arrays (183 MB). Only its first
+    # bytes are written (the file is sparse): the header's count is refused before any item.
+    path = tmp_path / "hostile.gguf"
+    head = gguf_nested_empty_arrays(0)
+    count = 15_000_000
+    data = (gguf_header(2) + gguf_string("junk") + struct.pack("<I", 9)
+            + struct.pack("<IQ", 9, count))
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.truncate(len(data) + 12 * count + len(head))
+    start = time.monotonic()
+    with pytest.raises(GGUFError, match="more than 1,000,000 arrays"):
+        read_gguf_chat_info(path)
+    assert time.monotonic() - start < 10
+
+
+def test_gguf_strings_in_arrays_are_capped_over_the_whole_file(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    monkeypatch.setattr(gguf, "MAX_ARRAY_STRINGS", 1_000)
+    entries = [gguf_header(2)]
+    for key in ("a", "b"):
+        entries += [gguf_string(key), struct.pack("<I", 9), struct.pack("<IQ", 8, 600),
+                    gguf_string("t") * 600]
+    path = tmp_path / "strings.gguf"
+    path.write_bytes(b"".join(entries))
+    with pytest.raises(GGUFError, match="strings held in arrays"):
+        read_gguf_chat_info(path)
+
+
+def test_gguf_special_tokens_are_found_without_loading_the_vocabulary(tmp_path: Path) -> None:
+    tokens = [f"tok{i}" for i in range(1000)]
+    ids = {"bos": 0, "eos": 999, "unknown": 256, "padding": 511}
+    parts = [gguf_header(2 + len(ids)),
+             gguf_string("tokenizer.ggml.tokens"), struct.pack("<I", 9),
+             struct.pack("<IQ", 8, len(tokens)), *(gguf_string(t) for t in tokens),
+             gguf_string("tokenizer.chat_template"), struct.pack("<I", 8), gguf_string("x")]
+    for name, token_id in ids.items():
+        parts += [gguf_string(f"tokenizer.ggml.{name}_token_id"), struct.pack("<I", 4),
+                  struct.pack("<I", token_id)]
+    path = tmp_path / "vocab.gguf"
+    path.write_bytes(b"".join(parts))
+    info = read_gguf_chat_info(path)
+    assert info.special_tokens == {"bos_token": "tok0", "eos_token": "tok999",
+                                   "unk_token": "tok256", "pad_token": "tok511"}
+    loaded = read_gguf_metadata(path, load_array=lambda key: True)[1]["tokenizer.ggml.tokens"]
+    assert loaded == tokens
+
+
+@needs_fifo
+def test_gguf_readers_refuse_a_fifo_without_blocking(tmp_path: Path) -> None:
+    path = tmp_path / "model.gguf"
+    os.mkfifo(path)
+    outcome = run_child("""
+        import json, sys
+        from minijinja_py.gguf import GGUFError, is_gguf_file, read_gguf_chat_info
+        try:
+            read_gguf_chat_info(sys.argv[1])
+            message = None
+        except GGUFError as exc:
+            message = str(exc)
+        print(json.dumps({"message": message, "is_gguf": is_gguf_file(sys.argv[1]),
+                          "dev_zero": is_gguf_file("/dev/zero")}))
+    """, str(path))
+    assert outcome["is_gguf"] is False and outcome["dev_zero"] is False
+    assert "not a regular file" in outcome["message"] and str(path) in outcome["message"]
+
+
+def test_gguf_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "truncated.gguf"
+    path.write_bytes(gguf_header(3)[:-2])
+    with pytest.raises(GGUFError) as info:
+        read_gguf_chat_info(path)
+    assert str(info.value).startswith(f"{path}: corrupt GGUF file")
+    assert is_gguf_file(path)
+
+
+# ---- 4. the request errors are TemplateErrors and ValueErrors -------------------------------
+def test_request_errors_are_both_template_and_value_errors() -> None:
+    ct = ChatTemplate("{{ messages[0].content }}")
+    cases = [
+        dict(messages=[]),
+        dict(messages=HI, continue_final_message=True, add_generation_prompt=True),
+        dict(messages=HI, continue_final_message="missing_field"),
+    ]
+    for kwargs in cases:
+        with pytest.raises(ChatTemplateValueError) as info:
+            ct.render(**kwargs)
+        assert isinstance(info.value, mj.TemplateError) and isinstance(info.value, ValueError)
+        assert info.value.lineno is None and "\n" not in str(info.value)
+
+
+# ---- 5. the command line --------------------------------------------------------------------
+@needs_dev_zero
+def test_cli_dev_zero_symlink_in_the_folder(folder: Path) -> None:
+    os.symlink("/dev/zero", extra(folder))
+    for command in ("render", "check"):
+        result = run_cli([command, str(folder)])
+        assert_one_line_error(result.returncode, result.stdout, result.stderr, str(extra(folder)),
+                              "outside the model folder")
+
+
+@needs_fifo
+def test_cli_fifos(folder: Path, tmp_path: Path) -> None:
+    os.mkfifo(extra(folder))
+    for command in ("render", "check"):
+        result = run_cli([command, str(folder)])
+        assert_one_line_error(result.returncode, result.stdout, result.stderr, "FIFO")
+    os.mkfifo(tmp_path / "direct.jinja")
+    result = run_cli(["render", str(tmp_path / "direct.jinja")])
+    assert_one_line_error(result.returncode, result.stdout, result.stderr, "FIFO")
+
+
+def test_cli_never_shows_a_file_outside_the_folder(folder: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    os.symlink(folder.parent / "secret.txt", extra(folder))
+    for args in (["render", str(folder)], ["render", str(folder), "--name", "x"],
+                 ["check", str(folder)], ["check", str(folder), "--json"]):
+        code, out, err = cli_main(capsys, args)
+        assert_one_line_error(code, out, err, "outside the model folder")
+
+
+@pytest.mark.parametrize("label,data,reason", JSON_PROBLEMS[:4],
+                         ids=[p[0] for p in JSON_PROBLEMS[:4]])
+def test_cli_bad_tokenizer_config(tmp_path: Path, capsys: pytest.CaptureFixture, label: str,
+                                  data: bytes, reason: str) -> None:
+    (tmp_path / "tokenizer_config.json").write_bytes(data)
+    for args in (["render", str(tmp_path)], ["check", str(tmp_path / "tokenizer_config.json")]):
+        code, out, err = cli_main(capsys, args)
+        assert_one_line_error(code, out, err, "tokenizer_config.json", reason)
+
+
+@pytest.mark.parametrize("option", ["--messages", "--tools", "--documents"])
+@pytest.mark.parametrize("label,data,reason", [
+    ("deep", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("huge int", '[{"role": "user", "content": "x", "n": ' + "1" * 5000 + "}]", "digits"),
+    ("invalid", "[{", "not valid JSON"),
+], ids=["deep", "huge-int", "invalid"])
+def test_cli_bad_json_files(tmp_path: Path, capsys: pytest.CaptureFixture, option: str,
+                            label: str, data: str, reason: str) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages | length }}")
+    path = tmp_path / "data.json"
+    path.write_text(data)
+    code, out, err = cli_main(capsys, ["render", str(template), option, str(path)])
+    assert_one_line_error(code, out, err, option, reason)
+    assert code == 1
+
+
+def test_cli_deep_but_parseable_messages(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # deep enough to be refused by the chat pipeline rather than by json
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages | tojson }}")
+    path = tmp_path / "data.json"
+    path.write_text('[{"role": "user", "content": ' + "[" * 500 + "]" * 500 + "}]")
+    code, out, err = cli_main(capsys, ["render", str(template), "--messages", str(path)])
+    assert_one_line_error(code, out, err, "nested deeper")
+
+
+@pytest.mark.parametrize("value,reason", [
+    ("1" * 5000, "digits"),
+    ("[" * 100_000, "nested too deeply"),
+    ('{"a":' * 50_000, "nested too deeply"),
+    ("not json " * 1000, "is not JSON"),
+], ids=["huge-int", "deep-list", "deep-object", "long-invalid"])
+def test_cli_bad_var_values(tmp_path: Path, capsys: pytest.CaptureFixture, value: str,
+                            reason: str) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ x }}")
+    code, out, err = cli_main(capsys, ["render", str(template), "--var", f"x={value}"])
+    assert_one_line_error(code, out, err, "--var x", reason)
+    assert len(err) < 1000  # the value is not echoed back in full
+
+
+def test_cli_unreadable_inputs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ x }}")
+    code, out, err = cli_main(capsys, ["render", str(template), "--messages", str(tmp_path)])
+    assert_one_line_error(code, out, err, "--messages")
+    code, out, err = cli_main(capsys, ["render", str(tmp_path / "missing.jinja")])
+    assert_one_line_error(code, out, err, "no such file")
+    os.symlink("loop", tmp_path / "loop")
+    code, out, err = cli_main(capsys, ["render", str(tmp_path / "loop")])
+    assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    if hasattr(os, "geteuid") and os.geteuid() != 0:  # root reads everything
+        template.chmod(0)
+        try:
+            code, out, err = cli_main(capsys, ["render", str(template)])
+            assert_one_line_error(code, out, err, str(template))
+        finally:
+            template.chmod(0o644)
+
+
+def test_cli_request_errors_are_reported_as_such(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    code, out, err = cli_main(capsys, ["render", str(template), "--continue-field", "nope"])
+    assert_one_line_error(code, out, err, "continue_final_message is set")
+    assert "the template raised" not in err
+
+
+def test_cli_lone_surrogates_in_the_output(tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("[{{ messages[0].content }}]")
+    messages = tmp_path / "m.json"
+    messages.write_text('[{"role": "user", "content": "a\\ud800b"}]')
+    result = run_cli(["render", str(template), "--messages", str(messages)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[a\\ud800b]"  # a visible escape
+    assert "Traceback" not in result.stderr and "lone surrogate" in result.stderr
+    result = run_cli(["render", str(template), "--messages", str(messages), "--json"])
+    assert result.returncode == 0 and result.stderr == ""
+    assert json.loads(result.stdout)["text"] == "[a\ud800b]"  # exact JSON
+
+
+def test_cli_last_resort_net(tmp_path: Path, capsys: pytest.CaptureFixture,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("x")
+
+    def explode(args: Any) -> int:
+        raise RuntimeError("something unforeseen\nwith a second line")
+
+    monkeypatch.setattr(cli, "_cmd_render", explode)
+    code, out, err = cli_main(capsys, ["render", str(template)])
+    assert code == 1
+    assert err == "minijinja-py: error: unexpected RuntimeError: something unforeseen\n"
+
+    def recurse(args: Any) -> int:
+        return recurse(args)
+
+    monkeypatch.setattr(cli, "_cmd_render", recurse)
+    code, out, err = cli_main(capsys, ["render", str(template)])
+    assert code == 1 and "RecursionError" in err and len(err.splitlines()) == 1
