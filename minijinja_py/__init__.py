@@ -30,6 +30,8 @@ _LAZY = {
     "get_json_schema": "schema", "TypeHintParsingException": "schema",
     "DocstringParsingException": "schema",
     "GGUFError": "gguf",
+    "RenderPool": "pool", "RenderTimeoutError": "pool", "RenderMemoryError": "pool",
+    "WorkerCrashedError": "pool",
 }
 
 __all__ = [
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .gguf import GGUFError
     from .limits import Limits
     from .markup import Markup, escape
+    from .pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
     from .schema import DocstringParsingException, TypeHintParsingException, get_json_schema
 

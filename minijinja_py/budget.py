@@ -87,7 +87,31 @@ def size_cost(value: Any) -> int:
         return len(value) >> CHARS_SHIFT
     if kind is list or kind is tuple or kind is dict:
         return len(value) >> ITEMS_SHIFT
+    if kind is int or kind is float or kind is bool or value is None:
+        return 0
+    # subclasses (Markup, namedtuples) and the other sized values a template can reach
+    if isinstance(value, str):
+        return len(value) >> CHARS_SHIFT
+    if isinstance(value, (list, tuple, dict, set, frozenset, range)):
+        return 0 if isinstance(value, range) else len(value) >> ITEMS_SHIFT
+    if type(value).__name__ in ("dict_keys", "dict_values", "dict_items"):
+        return len(value) >> ITEMS_SHIFT
     return 0
+
+
+#: Steps per item of a list whose items the call made afresh, one object each: ``split``'s
+#: words, a non-ASCII string's characters. Each holds a pointer and an object of 50 bytes or
+#: more, about 80 bytes: five steps of 16 bytes, so that what one render can allocate stays
+#: near a gigabyte (50 million steps) even when it is made of many small strings.
+FRESH_ITEM_STEPS = 5
+#: Methods whose list result is made of new strings (charged FRESH_ITEM_STEPS per item).
+FRESH_ITEM_METHODS = frozenset({"split", "rsplit", "splitlines"})
+
+
+def characters_cost(text: str) -> int:
+    """Steps for making a list of the characters of ``text`` (iterating or ``|list``): ASCII
+    characters are shared objects in CPython (a pointer each), others are new objects."""
+    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS
 
 
 def item_count(value: Any) -> int:
@@ -100,6 +124,9 @@ def item_count(value: Any) -> int:
 
 def filter_input_cost(name: str) -> Optional[Callable[[Any], int]]:
     """The function pricing what the filter ``name`` does with its input, None when free."""
+    if name == "list":  # a string's characters may each be a new object
+        return lambda value: (characters_cost(value) if isinstance(value, str)
+                              else item_count(value))
     per_item = FILTER_ITEM_STEPS.get(name)
     if per_item is not None:
         if not per_item:

@@ -16,6 +16,7 @@ Python errors from operators and builtins become TemplateRuntimeError subclasses
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
@@ -28,10 +29,11 @@ from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError
 from .arith import apply as arith_apply
 from .codegen import HOT_ITERATIONS, generate as generate_body, generate_loop
 from .codegen import to_text as _to_text
-from .budget import (CALL_STEPS, CHARS_SHIFT, ITEMS_SHIFT, METHOD_WEIGHTS, filter_input_cost,
-                     FILTERED_ITEM_STEPS, LOOP_STEPS, SLOW_LOOKUP_STEPS, body_cost,
-                     size_cost)
-from .limits import check_stored_tuples, check_string_size, check_tuple_depth
+from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
+                     FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
+                     SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
+from .limits import (check_stored_tuples, check_string_size, check_tuple_depth,
+                     materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
@@ -151,6 +153,11 @@ def to_output(value: Any) -> str:
     """How ``{{ value }}`` prints: Python's str(), as Jinja2 with autoescape off."""
     return str(value)
 
+
+#: Tests without arguments whose work grows with their operand (the others look at its type).
+_SCANNING_TESTS = frozenset({"lower", "upper", "odd", "even", "escaped"})
+#: Operand types a comparison never needs to price (scalars: constant time).
+_FREE_TO_COMPARE = frozenset({int, float, bool, type(None)})
 
 _COMPARE: Dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -450,7 +457,7 @@ class Compiler:
                     raise
                 return []
             try:
-                items = list(value.keys()) if type(value) is dict else list(value)
+                items = list(value.keys()) if type(value) is dict else materialise(value)
             except TemplateError:
                 raise
             except Exception as exc:
@@ -615,7 +622,9 @@ class Compiler:
 
         def assign_tuple(scope: Scope, value: Any) -> None:
             try:
-                values = list(value)
+                # one more than needed tells "too many" apart: never the whole of a long value
+                values = (value if type(value) in (tuple, list)
+                          else list(itertools.islice(iter(value), count + 1)))
             except Exception as exc:
                 raise _locate(exc, target) from exc
             if len(values) != count:
@@ -1092,7 +1101,11 @@ class Compiler:
                 obj = obj_of(scope)
                 key = slice(*[p(scope) if p is not None else None for p in parts])
                 try:
-                    return obj[key]
+                    result = obj[key]
+                    cost = size_cost(result)  # a copy: `big[1:]` in a loop is not free
+                    if cost:
+                        scope.ctx.charge(cost)
+                    return result
                 except Exception as exc:
                     raise _locate(exc, node) from exc
 
@@ -1160,7 +1173,8 @@ class Compiler:
             if dyn_args is not None:
                 extra = dyn_args(scope)
                 try:
-                    positional.extend(extra)
+                    positional.extend(extra if type(extra) in (list, tuple)
+                                      else materialise(extra))
                 except Exception as exc:
                     raise _locate(exc, node.dyn_args) from exc
             if dyn_kwargs is not None:
@@ -1205,6 +1219,7 @@ class Compiler:
         weight = METHOD_WEIGHTS.get(name, 1)
         # a mutator keeps its arguments: tuples stored that way must not nest without bound
         stores = not immutable and any(name in names for names in MUTATORS.values())
+        fresh_items = name in FRESH_ITEM_METHODS
 
         def method_call(scope: Scope) -> Any:
             owner = owner_of(scope)
@@ -1231,7 +1246,8 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
             if result is not owner:
-                cost = size_cost(result)
+                cost = (len(result) * FRESH_ITEM_STEPS if fresh_items and type(result) is list
+                        else size_cost(result))
                 if cost:
                     _charge(scope, cost, node)
             return result
@@ -1283,6 +1299,10 @@ class Compiler:
                 if cost:
                     _charge(scope, cost, node)
             try:
+                # `big is eq(other)`, `x is in(big)`: what the test compares or scans
+                cost = size_cost(value) + sum(map(size_cost, positional))
+                if cost:
+                    scope.ctx.charge(cost)
                 if pass_env:
                     result = function(env, value, *positional, **keywords)
                 else:
@@ -1313,9 +1333,13 @@ class Compiler:
 
         if not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs) and \
                 function is not None and not pass_env:
+            scans = name in _SCANNING_TESTS
+
             def test_without_arguments(scope: Scope) -> bool:
                 value = operand(scope)
                 try:
+                    if scans and type(value) not in _FREE_TO_COMPARE:
+                        scope.ctx.charge(size_cost(value))
                     result = function(value)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -1329,6 +1353,10 @@ class Compiler:
             if function is None:
                 raise _locate(TemplateRuntimeError(f"No test named {name!r} found."), node)
             try:
+                # `big is eq(other)`, `x is in(big)`: what the test compares or scans
+                cost = size_cost(value) + sum(map(size_cost, positional))
+                if cost:
+                    scope.ctx.charge(cost)
                 if pass_env:
                     result = function(env, value, *positional, **keywords)
                 else:
@@ -1599,6 +1627,10 @@ class Compiler:
                                 scope.ctx.charge(len(right) >> CHARS_SHIFT)
                         elif (kind is list or kind is tuple) and len(right) >> ITEMS_SHIFT:
                             scope.ctx.charge(len(right) >> ITEMS_SHIFT)
+                        elif kind is not dict:  # Markup, sets, views, host objects
+                            scope.ctx.charge(size_cost(right))
+                        if type(left) is not str:  # hashing or comparing a big key costs too
+                            scope.ctx.charge(size_cost(left))
                         return left in right
                     except TemplateError as exc:
                         exc._locate(node.lineno, node.column)
@@ -1621,6 +1653,8 @@ class Compiler:
                 left = first(scope)
                 right = second(scope) if constant is MISSING else constant
                 try:
+                    if type(left) not in _FREE_TO_COMPARE or type(right) not in _FREE_TO_COMPARE:
+                        scope.ctx.charge(size_cost(left) + size_cost(right))
                     return function(left, right)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -1632,6 +1666,8 @@ class Compiler:
             try:
                 for function, operand in ops:
                     right = operand(scope)
+                    if type(left) not in _FREE_TO_COMPARE or type(right) not in _FREE_TO_COMPARE:
+                        scope.ctx.charge(size_cost(left) + size_cost(right))
                     if not function(left, right):
                         return False
                     left = right

@@ -186,6 +186,28 @@ def check_collection_size(size: int) -> None:
         raise limits.exceeded("max_collection_size", f"sequence of {size:,} items refused")
 
 
+def materialise(value: Any) -> list:
+    """``list(value)`` for a loop, an unpacking or a ``*args`` spread, checked first.
+
+    Iterating a 50 MB string makes 50 million one-character strings (gigabytes for CJK
+    text) before any per-item check runs: a sized value is refused over
+    ``max_collection_size`` and its items are paid for before the list is built. Lazy values
+    (``map``, ``select``) charge for their items as they produce them.
+    """
+    try:
+        size = len(value)
+    except Exception:
+        return list(value)
+    check_collection_size(size)
+    if isinstance(value, str):
+        from .budget import characters_cost
+
+        charge(characters_cost(value))
+    else:
+        charge(size >> 1)  # budget.ITEMS_SHIFT: the list's items, like any list a render builds
+    return list(value)
+
+
 def check_tuple_depth(value: tuple) -> None:
     """Refuse a tuple of tuples that would crash or hang the process when hashed.
 
