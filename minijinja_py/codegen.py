@@ -45,10 +45,14 @@ def _truthy(value: Any, node: Any) -> bool:
         raise _located(exc, node) from exc
 
 
+_PRINTS_SMALL = frozenset({int, float, bool, type(None)})
+
+
 def to_text(value: Any) -> str:
-    """``str(value)`` for output and ``~``; containers are size-checked first, since a list
+    """``str(value)`` for output and ``~``; anything that may hold data (containers and
+    their subclasses, dict views, namespaces, cyclers) is size-checked first, since a list
     holding one long string many times prints far larger than it is in memory."""
-    if type(value) in (list, dict, tuple):
+    if type(value) not in _PRINTS_SMALL:
         from .filters import check_str_size
 
         check_str_size(value)

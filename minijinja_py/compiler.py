@@ -72,7 +72,8 @@ class RenderContext:
     """Per-render state: the environment's settings, counters, the root output, spans."""
 
     __slots__ = ("env", "sandbox", "undefined", "limits", "steps", "max_steps", "depth",
-                 "output_size", "max_output", "root_out", "spans", "deadline", "expired")
+                 "output_size", "max_output", "root_out", "spans", "deadline", "expired",
+                 "measured_pieces", "measured_length")
 
     def __init__(self, env: Any, root_out: list, track_spans: bool) -> None:
         self.env = env
@@ -92,6 +93,19 @@ class RenderContext:
         # Wall-clock deadline (time.monotonic()), watched by deadline.py; None: no deadline.
         self.deadline: Optional[float] = None
         self.expired = False
+        # Pieces of root_out measured so far and their length (root_out only grows): each
+        # {% generation %} block measures only what was added since the last one.
+        self.measured_pieces = 0
+        self.measured_length = 0
+
+    def root_length(self) -> int:
+        """Characters the top-level output holds so far."""
+        pieces = self.root_out
+        count = len(pieces)
+        if count > self.measured_pieces:
+            self.measured_length += sum(map(len, pieces[self.measured_pieces:count]))
+            self.measured_pieces = count
+        return self.measured_length
 
     activity = "render"  # what check_deadline() calls the work in progress
 
@@ -874,7 +888,7 @@ class Compiler:
             if ctx.spans is not None:
                 # transformers measures everything the top-level render has produced so far,
                 # even when this block sits inside a macro whose output is not yet emitted.
-                start = sum(map(len, ctx.root_out))
+                start = ctx.root_length()
                 ctx.spans.append((start, start + len(text)))
             out.append(text)
             return None
@@ -1526,6 +1540,8 @@ class Compiler:
                 try:
                     joined = _join_checked(out[start:])
                     del out[start:]
+                    if scope.ctx.measured_pieces > start:  # see RenderContext.root_length
+                        scope.ctx.measured_pieces = scope.ctx.measured_length = 0
                     value = arith_apply("+", joined, other)
                 except TemplateError as exc:
                     exc._locate(link.lineno, link.column)

@@ -311,10 +311,15 @@ _LOREM_WORDS = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do e
 
 
 def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
-    """Random lorem-ipsum paragraphs (Jinja2's ``lipsum``)."""
-    import random
+    """Random lorem-ipsum paragraphs (Jinja2's ``lipsum``).
+
+    Drawn from the operating system's randomness (``random.SystemRandom``), not the host's
+    global ``random`` state, which a template could otherwise observe and advance."""
+    import random as _random
 
     from .limits import check_string_size
+
+    random = _random.SystemRandom()
     from .markup import Markup
 
     check_string_size(int(n) * int(max) * 12)
