@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import minijinja_py as mj  # noqa: E402
-from minijinja_py.pool import RenderPool  # noqa: E402
+from minijinja_py.chat.pool import RenderPool  # noqa: E402
 
 
 def conversation(count: int) -> list:

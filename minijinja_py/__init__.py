@@ -25,13 +25,15 @@ _LAZY = {
     "Markup": "markup", "escape": "markup",
     "Undefined": "runtime", "StrictUndefined": "runtime", "ChainableUndefined": "runtime",
     "pass_environment": "runtime",
-    "ChatTemplate": "chat", "RenderResult": "chat", "apply_chat_template": "chat",
-    "ChatConfigError": "chat", "ChatTemplateValueError": "chat",
-    "get_json_schema": "schema", "TypeHintParsingException": "schema",
-    "DocstringParsingException": "schema",
-    "GGUFError": "gguf",
-    "RenderPool": "pool", "RenderTimeoutError": "pool", "RenderMemoryError": "pool",
-    "WorkerCrashedError": "pool",
+    # the chat layer (minijinja_py/chat/), above the engine
+    "ChatTemplate": "chat.pipeline", "RenderResult": "chat.pipeline",
+    "apply_chat_template": "chat.pipeline", "ChatTemplateValueError": "chat.pipeline",
+    "ChatConfigError": "chat.config",
+    "get_json_schema": "chat.schema", "TypeHintParsingException": "chat.schema",
+    "DocstringParsingException": "chat.schema",
+    "GGUFError": "chat.gguf",
+    "RenderPool": "chat.pool", "RenderTimeoutError": "chat.pool",
+    "RenderMemoryError": "chat.pool", "WorkerCrashedError": "chat.pool",
 }
 
 __all__ = [
@@ -44,15 +46,16 @@ __all__ = [
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
-    from .chat import (ChatConfigError, ChatTemplate, ChatTemplateValueError, RenderResult,
-                       apply_chat_template)
+    from .chat.config import ChatConfigError
+    from .chat.gguf import GGUFError
+    from .chat.pipeline import (ChatTemplate, ChatTemplateValueError, RenderResult,
+                                apply_chat_template)
+    from .chat.pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
+    from .chat.schema import DocstringParsingException, TypeHintParsingException, get_json_schema
     from .environment import Environment, Template, chat_environment
-    from .gguf import GGUFError
     from .limits import Limits
     from .markup import Markup, escape
-    from .pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
-    from .schema import DocstringParsingException, TypeHintParsingException, get_json_schema
 
 
 def __getattr__(name: str) -> object:

@@ -1,4 +1,4 @@
-"""The chat pipeline (minijinja_py.chat, schema, gguf, analysis) on small hand-made cases.
+"""The chat layer (minijinja_py.chat: pipeline, config, schema, gguf; and analysis) on small hand-made cases.
 
 Every expectation here is what transformers 5.24 ``apply_chat_template(..., tokenize=False)``
 does for the same input; none of these tests needs transformers or Jinja2.
@@ -22,8 +22,8 @@ from minijinja_py.analysis import analyze_template
 from minijinja_py.chat import (ChatConfigError, ChatTemplate, ChatTemplateValueError, RenderResult,
                                apply_chat_template, load_chat_config, plain_template_data,
                                select_template)
-from minijinja_py.gguf import GGUFError, read_gguf_chat_info, read_gguf_metadata
-from minijinja_py.schema import (DocstringParsingException, TypeHintParsingException,
+from minijinja_py.chat.gguf import GGUFError, read_gguf_chat_info, read_gguf_metadata
+from minijinja_py.chat.schema import (DocstringParsingException, TypeHintParsingException,
                                  get_json_schema, parse_google_docstring)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

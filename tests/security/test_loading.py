@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import cli, gguf
+from minijinja_py.chat import cli, gguf
 from minijinja_py.chat import (MAX_CONFIG_BYTES, ChatConfigError, ChatTemplate,
                                ChatTemplateValueError, load_chat_config)
-from minijinja_py.gguf import GGUFError, is_gguf_file, read_gguf_chat_info, read_gguf_metadata
+from minijinja_py.chat.gguf import GGUFError, is_gguf_file, read_gguf_chat_info, read_gguf_metadata
 
 PACKAGE_PARENT = str(Path(mj.__file__).resolve().parent.parent)
 TIMEOUT = 20  # seconds; generous, the machine is shared: a hang is what this catches
@@ -394,7 +394,7 @@ def test_gguf_nested_arrays_are_skipped_without_building_anything(tmp_path: Path
     path.write_bytes(gguf_nested_empty_arrays(200_000))
     outcome = run_child("""
         import json, sys, time, tracemalloc
-        from minijinja_py.gguf import read_gguf_chat_info, read_gguf_metadata
+        from minijinja_py.chat.gguf import read_gguf_chat_info, read_gguf_metadata
         tracemalloc.start()
         info = read_gguf_chat_info(sys.argv[1])
         _, metadata = read_gguf_metadata(sys.argv[1])
@@ -414,7 +414,7 @@ def test_gguf_nested_arrays_are_capped_over_the_whole_file(tmp_path: Path) -> No
     path.write_bytes(gguf_nested_empty_arrays(5_000))
     code = """
         import json, sys, time
-        from minijinja_py import gguf
+        from minijinja_py.chat import gguf
         gguf.MAX_NESTED_ARRAYS = 4_999
         try:
             gguf.read_gguf_chat_info(sys.argv[1])
@@ -483,7 +483,7 @@ def test_gguf_readers_refuse_a_fifo_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(path)
     outcome = run_child("""
         import json, sys
-        from minijinja_py.gguf import GGUFError, is_gguf_file, read_gguf_chat_info
+        from minijinja_py.chat.gguf import GGUFError, is_gguf_file, read_gguf_chat_info
         try:
             read_gguf_chat_info(sys.argv[1])
             message = None

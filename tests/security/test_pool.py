@@ -24,9 +24,9 @@ from typing import Any, Callable
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import pool as pool_module
+from minijinja_py.chat import pool as pool_module
 from minijinja_py.chat import ChatTemplate
-from minijinja_py.pool import (RenderMemoryError, RenderPool, RenderTimeoutError,
+from minijinja_py.chat.pool import (RenderMemoryError, RenderPool, RenderTimeoutError,
                                WorkerCrashedError)
 
 from security_support import corpus_available, corpus_contexts, corpus_slugs, corpus_template
@@ -421,7 +421,7 @@ def test_unclosed_pool_is_cleaned_up() -> None:
 
 # ---- the parent never trusts a reply ---------------------------------------------------------
 def _frame(header: dict, blobs: list) -> tuple:
-    from minijinja_py._pool_worker import encode_reply
+    from minijinja_py.chat._pool_worker import encode_reply
 
     raw = encode_reply(header, blobs)
     size = len(raw) - len(b"".join(blobs))

@@ -27,10 +27,10 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .analysis import analyze_template
-from .chat import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
+from ..analysis import analyze_template
+from .pipeline import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
                    load_chat_config, select_template)
-from .exceptions import TemplateError, TemplateSyntaxError
+from ..exceptions import TemplateError, TemplateSyntaxError
 
 __all__ = ["main", "EXAMPLE_MESSAGES", "EXAMPLE_TOOLS"]
 
@@ -94,7 +94,7 @@ class DataError(Exception):
 
 # ---- argument parsing ------------------------------------------------------------------------
 def _build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(
         prog="minijinja-py",

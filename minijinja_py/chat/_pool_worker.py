@@ -1,4 +1,4 @@
-"""The worker process of :class:`minijinja_py.pool.RenderPool` (started by the pool, never
+"""The worker process of :class:`minijinja_py.chat.pool.RenderPool` (started by the pool, never
 imported by user code).
 
 It runs as ``python -I -c <boot> <package parent>`` with a pipe on stdin and one on stdout.

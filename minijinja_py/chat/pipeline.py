@@ -1,15 +1,15 @@
-"""The chat-template API: what ``tokenizer.apply_chat_template(..., tokenize=False)`` does.
+"""transformers' chat pipeline: what ``tokenizer.apply_chat_template(..., tokenize=False)`` does.
 
-Last layer of the package, above :mod:`minijinja_py.environment`. :class:`ChatTemplate` wraps one
-template compiled in :func:`~minijinja_py.environment.chat_environment` and reproduces the steps
-transformers 5.24 takes around the render, in the same order:
+:class:`ChatTemplate` wraps one template compiled in
+:func:`~minijinja_py.environment.chat_environment` and reproduces the steps transformers 5.24
+takes around the render, in the same order:
 
 1. the conversation must not be empty (:class:`ChatTemplateValueError`, a ValueError);
 2. message objects (dicts, dataclasses, pydantic-style objects with ``model_dump``) become dicts,
    and every top-level message key whose value is None is dropped;
 3. ``continue_final_message`` together with ``add_generation_prompt`` is refused (ValueError,
    again a :class:`ChatTemplateValueError`);
-4. tools given as Python functions become JSON schemas (:func:`minijinja_py.schema.get_json_schema`),
+4. tools given as Python functions become JSON schemas (:func:`minijinja_py.chat.schema.get_json_schema`),
    documents must be dicts;
 5. everything the template sees is rebuilt from plain JSON types (str, int, float, bool, None,
    dict, list, tuple); any other object becomes the inert string ``"<TypeName>"``, so no host
@@ -21,18 +21,7 @@ transformers 5.24 takes around the render, in the same order:
 8. ``tools`` and ``documents`` are always passed (None when absent), with ``add_generation_prompt``,
    the tokenizer's special tokens and every other keyword as template variables.
 
-Loading (:meth:`ChatTemplate.from_tokenizer_config`) follows transformers too: a model directory's
-``chat_template.jinja`` and ``additional_chat_templates/*.jinja`` win over the ``chat_template``
-of ``tokenizer_config.json``; a list of named templates is selected by name, else ``tool_use`` when
-tools are given, else ``default``. GGUF files are read by :mod:`minijinja_py.gguf`.
-
-A model folder is untrusted input: only regular files are read (never a FIFO, device or socket,
-which are refused from ``stat()`` and opened non-blocking besides), only files that resolve inside
-the folder (symlinks within it are fine, and in a Hugging Face cache snapshot the repository's
-``blobs/`` too), at most :data:`MAX_CONFIG_BYTES` per JSON file, ``Limits.max_source_size``
-characters per template file and :data:`MAX_FOLDER_BYTES` in all. Every refusal, and every
-unreadable, non-UTF-8 or invalid (too deep, huge-integer) JSON file, is a
-:class:`ChatConfigError` naming the file.
+Loading model folders, tokenizer configs and GGUF files is :mod:`minijinja_py.chat.config`.
 """
 
 from __future__ import annotations
@@ -40,17 +29,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as _datetime
 import inspect
-import json
 import os
-import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
-from .environment import Environment, Template, chat_environment
-from .exceptions import TemplateError
+from ..environment import Environment, Template, chat_environment
+from ..exceptions import TemplateError
+from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
+                     select_template)
 from .schema import get_json_schema
 
 __all__ = [
@@ -79,31 +67,10 @@ CONTINUE_FINAL_MESSAGE_MARKER = "CONTINUE_FINAL_MESSAGE_TAG "
 #: The names a message's reasoning travels under; the first is the one chat templates read.
 REASONING_FIELDS: Tuple[str, ...] = ("reasoning_content", "thinking", "reasoning")
 
-#: The tokenizer attributes passed to templates as variables (transformers' special_tokens_map).
-SPECIAL_TOKEN_NAMES: Tuple[str, ...] = ("bos_token", "eos_token", "unk_token", "sep_token",
-                                        "pad_token", "cls_token", "mask_token")
-
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
-CHAT_TEMPLATE_DIR = "additional_chat_templates"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-LEGACY_CHAT_TEMPLATE_JSON = "chat_template.json"
 
 # Data deeper than this is refused (a cycle would otherwise recurse until Python gives up).
 MAX_DATA_DEPTH = 200
 
-
-#: Most bytes read from one JSON file of a model folder (tokenizer_config.json and friends).
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
-#: Most bytes read from one model folder in all (its config and template files together).
-MAX_FOLDER_BYTES = 64 * 1024 * 1024
-
-
-class ChatConfigError(ValueError):
-    """A tokenizer config, model directory or GGUF file has no usable chat template, the
-    requested named template does not exist, or a file of the model folder is refused (not a
-    regular file, outside the folder, too large, not UTF-8, not valid JSON). The message names
-    the file."""
 
 
 class ChatTemplateValueError(TemplateError, ValueError):
@@ -413,7 +380,7 @@ class ChatTemplate:
         tokens become template variables. Raises FileNotFoundError for a missing path,
         :class:`ChatConfigError` when no chat template is found or a file is refused (see the
         module docstring: only regular files inside the folder, of bounded size, valid UTF-8
-        and JSON), :class:`~minijinja_py.gguf.GGUFError` for a corrupt GGUF file, and
+        and JSON), :class:`~minijinja_py.chat.gguf.GGUFError` for a corrupt GGUF file, and
         :class:`~minijinja_py.TemplateSyntaxError` when the template does not parse.
         """
         config = load_chat_config(path_or_dict)
@@ -432,7 +399,7 @@ class ChatTemplate:
         ``apply_chat_template(..., tokenize=False)``.
 
         ``tools`` are JSON schemas (dicts) or Python functions (converted with
-        :func:`~minijinja_py.schema.get_json_schema`); ``documents`` are dicts.
+        :func:`~minijinja_py.chat.schema.get_json_schema`); ``documents`` are dicts.
         ``continue_final_message`` (True, or the name of the final message's field to continue,
         such as ``"reasoning_content"``) ends the prompt inside the final message, so a model
         continues it. Every other keyword is a template variable. Raises
@@ -513,384 +480,6 @@ class ChatTemplate:
     def __repr__(self) -> str:
         label = self.name or (self.source[:40] + ("..." if len(self.source) > 40 else ""))
         return f"<ChatTemplate {label!r}>"
-
-
-# ---- loading configs -------------------------------------------------------------------------
-@dataclass
-class ChatConfig:
-    """What a model directory, tokenizer config, template file or GGUF file provides.
-
-    ``templates`` maps names to sources (a single template is ``{"default": source}``);
-    ``special_tokens`` maps ``bos_token``/``eos_token``/... to their strings; ``origin`` says
-    where it came from (a path, or ``"<dict>"``).
-    """
-
-    templates: Dict[str, str]
-    special_tokens: Dict[str, str]
-    origin: str
-
-
-# ---- reading files safely ---------------------------------------------------------------------
-# A model folder is untrusted input too. Only regular files are read (a FIFO would block, a
-# device such as /dev/zero would never end), only files that resolve inside the folder (a
-# symlink to ~/.ssh/id_rsa must not end up in a prompt or an error's caret line), and never more
-# than a cap: the size is checked with fstat before reading and at most cap + 1 bytes are read.
-
-# O_NONBLOCK: should a FIFO appear between the stat() and the open() (a race), the open still
-# returns at once and fstat() refuses it. O_NOFOLLOW: the path opened is already resolved, so a
-# symlink swapped in for its last component is refused rather than followed.
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
-               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _os_reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
-
-
-def _template_char_cap() -> int:
-    from .limits import Limits
-
-    return Limits().max_source_size
-
-
-def _read_regular(resolved: str, shown: Path, cap: int, what: str, head: bool = False) -> bytes:
-    """The bytes of the regular file at ``resolved`` (a path without symlinks), named ``shown``
-    in errors: refused when longer than ``cap`` bytes, or only its first ``cap`` bytes when
-    ``head``."""
-    try:
-        fd = os.open(resolved, _OPEN_FLAGS)
-    except OSError as exc:
-        raise ChatConfigError(f"{shown}: cannot read it ({_os_reason(exc)})") from None
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise ChatConfigError(f"{shown}: refused: {_file_kind(status.st_mode)}, not a "
-                                  "regular file")
-        if status.st_size > cap and not head:
-            raise ChatConfigError(f"{shown}: refused: {status.st_size:,} bytes, more than the "
-                                  f"{cap:,} read for {what}")
-        chunks = []
-        remaining = cap if head else cap + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        if remaining <= 0 and not head:  # the file grew while it was read
-            raise ChatConfigError(f"{shown}: refused: more than the {cap:,} bytes read for "
-                                  f"{what}")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise ChatConfigError(f"{shown}: cannot read it ({_os_reason(exc)})") from None
-    finally:
-        os.close(fd)
-
-
-def _is_within(path: str, root: str) -> bool:
-    try:
-        return os.path.commonpath([path, root]) == root
-    except ValueError:  # different drives
-        return False
-
-
-class _ModelFolder:
-    """The files of one model folder, read under the rules above.
-
-    A file may be a symlink as long as it resolves inside the folder; in a Hugging Face hub
-    cache snapshot (``models--org--name/snapshots/<revision>/``, whose files are symlinks to
-    ``../../blobs/<hash>``) the repository's own ``blobs`` directory counts as inside too.
-    Reads from one folder add up to at most :data:`MAX_FOLDER_BYTES`.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        real = os.path.realpath(directory)
-        self.roots = [real]
-        snapshots = os.path.dirname(real)
-        repository = os.path.dirname(snapshots)
-        if os.path.basename(snapshots) == "snapshots" and "--" in os.path.basename(repository):
-            self.roots.append(os.path.realpath(os.path.join(repository, "blobs")))
-        self.budget = MAX_FOLDER_BYTES
-
-    def contains(self, real: str) -> bool:
-        return any(_is_within(real, root) for root in self.roots)
-
-    def resolve(self, path: Path) -> Optional[Tuple[str, os.stat_result]]:
-        """``(resolved path, stat)`` of a name in the folder, None when nothing has that name;
-        refuses names that lead outside the folder (or nowhere)."""
-        try:
-            os.lstat(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
-        real = os.path.realpath(path)
-        if not self.contains(real):
-            raise ChatConfigError(f"{path}: refused: it is a symbolic link that leads outside "
-                                  f"the model folder {self.directory}")
-        try:
-            return real, os.stat(real)
-        except FileNotFoundError:
-            raise ChatConfigError(f"{path}: refused: a symbolic link to a file that does not "
-                                  "exist") from None
-        except OSError as exc:
-            raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
-
-    def read(self, path: Path, cap: int, what: str) -> Optional[bytes]:
-        """The bytes of the regular file ``path`` inside the folder, None when it is absent."""
-        found = self.resolve(path)
-        if found is None:
-            return None
-        real, status = found
-        if not stat.S_ISREG(status.st_mode):
-            raise ChatConfigError(f"{path}: refused: {_file_kind(status.st_mode)}, not a "
-                                  "regular file")
-        if self.budget <= 0 or status.st_size > self.budget:
-            raise ChatConfigError(f"{path}: refused: the files read from the model folder "
-                                  f"{self.directory} add up to more than {MAX_FOLDER_BYTES:,} "
-                                  "bytes")
-        data = _read_regular(real, path, min(cap, self.budget), what)
-        self.budget -= len(data)
-        return data
-
-    def read_json(self, path: Path) -> Any:
-        data = self.read(path, MAX_CONFIG_BYTES, "a JSON config")
-        return None if data is None else _parse_json(data, path)
-
-    def read_template(self, path: Path) -> Optional[str]:
-        chars = _template_char_cap()
-        data = self.read(path, 4 * chars, "a template")
-        return None if data is None else _decode_template(data, path, chars)
-
-
-def _decode_template(data: bytes, path: Path, max_chars: int) -> str:
-    # Like transformers: UTF-8, universal newlines (a CRLF .jinja renders as its LF twin).
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ChatConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte "
-                              f"{exc.start:,})") from None
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if len(text) > max_chars:
-        raise ChatConfigError(f"{path}: refused: the template is {len(text):,} characters long, "
-                              f"more than Limits.max_source_size ({max_chars:,})")
-    return text
-
-
-def _parse_json(data: bytes, path: Path) -> Any:
-    """JSON text to data; every problem is a ChatConfigError naming the file."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ChatConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte "
-                              f"{exc.start:,})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ChatConfigError(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise ChatConfigError(f"{path}: refused: its JSON is nested too deeply to "
-                              "read") from None
-    except ValueError as exc:  # e.g. Python's limit on the digits of an integer
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ChatConfigError(f"{path}: cannot read its JSON ({reason})") from None
-
-
-def _token_text(value: Any) -> Optional[str]:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
-        return value["content"]  # the serialized AddedToken form
-    return None
-
-
-def _special_tokens_of(config: Mapping[str, Any]) -> Dict[str, str]:
-    tokens = {}
-    for key in SPECIAL_TOKEN_NAMES:
-        text = _token_text(config.get(key))
-        if text is not None:
-            tokens[key] = text
-    return tokens
-
-
-def _templates_of(value: Any, origin: str) -> Dict[str, str]:
-    """A config's ``chat_template`` entry (a string, a list of named templates, or a mapping)."""
-    if isinstance(value, str):
-        return {"default": value}
-    if isinstance(value, Mapping):
-        items = list(value.items())
-    elif isinstance(value, (list, tuple)):
-        items = []
-        for index, entry in enumerate(value):
-            if not (isinstance(entry, Mapping) and isinstance(entry.get("name"), str)
-                    and "template" in entry):
-                raise ChatConfigError(f"{origin}: chat_template entry {index} is not a "
-                                      '{"name": ..., "template": ...} object')
-            items.append((entry["name"], entry["template"]))
-    else:
-        raise ChatConfigError(f"{origin}: chat_template must be a string or a list of named "
-                              f"templates, not {type(value).__name__}")
-    templates = {}
-    for name, source in items:
-        if not isinstance(source, str):
-            raise ChatConfigError(f"{origin}: the chat template {name!r} is not a string")
-        templates[str(name)] = source
-    if not templates:
-        raise ChatConfigError(f"{origin}: chat_template is an empty list")
-    return templates
-
-
-def _config_from_dict(config: Mapping[str, Any], origin: str) -> ChatConfig:
-    if "chat_template" not in config or config["chat_template"] is None:
-        raise ChatConfigError(f"{origin}: no chat_template in this tokenizer config")
-    return ChatConfig(_templates_of(config["chat_template"], origin), _special_tokens_of(config),
-                      origin)
-
-
-def _config_from_directory(directory: Path) -> ChatConfig:
-    folder = _ModelFolder(directory)
-    config: Dict[str, Any] = {}
-    config_path = directory / TOKENIZER_CONFIG_FILE
-    loaded = folder.read_json(config_path)
-    if loaded is not None:
-        if not isinstance(loaded, dict):
-            raise ChatConfigError(f"{config_path}: expected a JSON object")
-        config = loaded
-    special = _special_tokens_of(config)
-    if "added_tokens_decoder" not in config:
-        # transformers' legacy path: special_tokens_map.json overrides the config's tokens
-        legacy = folder.read_json(directory / SPECIAL_TOKENS_MAP_FILE)
-        if isinstance(legacy, dict):
-            special.update(_special_tokens_of(legacy))
-
-    # Separate .jinja files win over the config's chat_template.
-    templates: Dict[str, str] = {}
-    main_source = folder.read_template(directory / CHAT_TEMPLATE_FILE)
-    if main_source is not None:
-        templates["default"] = main_source
-    extra_dir = directory / CHAT_TEMPLATE_DIR
-    found = folder.resolve(extra_dir)
-    if found is not None and stat.S_ISDIR(found[1].st_mode):
-        try:
-            names = os.listdir(found[0])
-        except OSError as exc:
-            raise ChatConfigError(f"{extra_dir}: cannot list it ({_os_reason(exc)})") from None
-        # what transformers' Path.glob("*.jinja") lists (hidden names included)
-        for file_name in sorted(name for name in names if name.endswith(".jinja")):
-            source = folder.read_template(extra_dir / file_name)
-            if source is not None:
-                templates[file_name[:-len(".jinja")]] = source
-    if templates:
-        return ChatConfig(templates, special, str(directory))
-
-    if config.get("chat_template") is not None:
-        return ChatConfig(_templates_of(config["chat_template"], str(config_path)), special,
-                          str(directory))
-    legacy_json = directory / LEGACY_CHAT_TEMPLATE_JSON
-    loaded = folder.read_json(legacy_json)
-    if isinstance(loaded, dict) and loaded.get("chat_template") is not None:
-        return ChatConfig(_templates_of(loaded["chat_template"], str(legacy_json)), special,
-                          str(directory))
-    raise ChatConfigError(
-        f"{directory}: no chat template found (looked for {CHAT_TEMPLATE_FILE}, "
-        f"{CHAT_TEMPLATE_DIR}/*.jinja, and chat_template in {TOKENIZER_CONFIG_FILE})")
-
-
-def _config_from_gguf(path: Path) -> ChatConfig:
-    from .gguf import read_gguf_chat_info
-
-    try:
-        info = read_gguf_chat_info(path)
-    except OSError as exc:
-        raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
-    if not info.templates:
-        raise ChatConfigError(f"{path}: this GGUF file has no tokenizer.chat_template metadata")
-    return ChatConfig(dict(info.templates), dict(info.special_tokens), str(path))
-
-
-def load_chat_config(path_or_dict: Union[PathLike, Mapping[str, Any]]) -> ChatConfig:
-    """Read chat template(s) and special tokens from a model directory, a
-    ``tokenizer_config.json`` (path or parsed dict), a ``.gguf`` file or a template file.
-
-    A file is taken as GGUF when its name ends in ``.gguf`` or it starts with the GGUF magic,
-    as a JSON config when its name ends in ``.json``, and as a bare template otherwise. A file
-    named directly may be a symlink to anywhere (the caller chose it), but it must be a regular
-    file and is read under the same size caps as a model folder's files; inside a directory
-    only regular files that resolve inside it are read (see the module docstring). Raises
-    FileNotFoundError for a missing path and :class:`ChatConfigError` (naming the file) for
-    everything refused or unreadable.
-    """
-    if isinstance(path_or_dict, Mapping):
-        return _config_from_dict(path_or_dict, "<dict>")
-    if not isinstance(path_or_dict, (str, os.PathLike)):
-        raise TypeError("expected a path or a tokenizer config dict, not "
-                        f"{type(path_or_dict).__name__}")
-    path = Path(path_or_dict)
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such file or directory: {path}") from None
-    except OSError as exc:
-        raise ChatConfigError(f"{path}: cannot read it ({_os_reason(exc)})") from None
-    except ValueError as exc:  # e.g. an embedded NUL byte
-        raise ChatConfigError(f"{str(path)!r}: not a usable path ({exc})") from None
-    if stat.S_ISDIR(status.st_mode):
-        return _config_from_directory(path)
-    if not stat.S_ISREG(status.st_mode):
-        raise ChatConfigError(f"{path}: refused: {_file_kind(status.st_mode)}, not a regular "
-                              "file")
-    real = os.path.realpath(path)
-    if path.suffix.lower() == ".gguf" or _read_regular(real, path, 4, "", head=True) == b"GGUF":
-        return _config_from_gguf(path)
-    if path.suffix.lower() == ".json":
-        loaded = _parse_json(_read_regular(real, path, MAX_CONFIG_BYTES, "a JSON config"), path)
-        if not isinstance(loaded, dict):
-            raise ChatConfigError(f"{path}: expected a JSON object (a tokenizer config)")
-        if loaded.get("chat_template") is None:
-            hint = ""
-            if (path.parent / CHAT_TEMPLATE_FILE).is_file():
-                hint = (f"; the template is in {CHAT_TEMPLATE_FILE} next to it: pass the "
-                        f"directory {path.parent} instead")
-            raise ChatConfigError(f"{path}: no chat_template in this tokenizer config{hint}")
-        return ChatConfig(_templates_of(loaded["chat_template"], str(path)),
-                          _special_tokens_of(loaded), str(path))
-    chars = _template_char_cap()
-    source = _decode_template(_read_regular(real, path, 4 * chars, "a template"), path, chars)
-    return ChatConfig({"default": source}, {}, str(path))
-
-
-def select_template(templates: Union[str, Mapping[str, str]], name: Optional[str] = None,
-                    tools: Any = None) -> Tuple[str, str]:
-    """Pick one template as transformers does: ``(name, source)``.
-
-    ``name`` wins when given; otherwise ``"tool_use"`` when ``tools`` is not None and present,
-    else ``"default"``. Raises :class:`ChatConfigError` listing the available names when the
-    choice does not exist.
-    """
-    if isinstance(templates, str):
-        templates = {"default": templates}
-    names = sorted(templates)
-    if name is not None:
-        if name in templates:
-            return name, templates[name]
-        raise ChatConfigError(f"no chat template named {name!r}; available: "
-                              f"{', '.join(map(repr, names))}")
-    if tools is not None and "tool_use" in templates:
-        return "tool_use", templates["tool_use"]
-    if "default" in templates:
-        return "default", templates["default"]
-    raise ChatConfigError("this config has several chat templates and none is called "
-                          f"'default': choose one by name ({', '.join(map(repr, names))})")
 
 
 def _looks_like_template(text: str) -> bool:

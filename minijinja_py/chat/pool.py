@@ -14,7 +14,7 @@ moves every parse and render into long-lived worker processes:
 * a worker that dies (a signal such as SIGSEGV, the kernel's OOM killer, an exit) raises
   :class:`WorkerCrashedError` (a ``TemplateRuntimeError``) and is replaced;
 * the worker's replies are never unpickled: a JSON header plus raw UTF-8 strings, every field
-  checked (see :mod:`minijinja_py._pool_worker`); requests to the worker are pickles, since
+  checked (see :mod:`minijinja_py.chat._pool_worker`); requests to the worker are pickles, since
   the parent is trusted;
 * results and errors are those of an in-process render: a ``TemplateError`` raised in the
   worker is rebuilt as the same class with the same message, line, column, name and source,
@@ -53,17 +53,17 @@ import threading
 import time
 import weakref
 
-from . import exceptions as _exceptions
+from .. import exceptions as _exceptions
 from ._pool_worker import (EXIT_ORPHANED, EXIT_OUT_OF_MEMORY, MAX_HEADER, REPLY_HEAD,
                            REQUEST_HEAD)
-from .exceptions import LimitExceededError, TemplateError, TemplateRuntimeError
+from ..exceptions import LimitExceededError, TemplateError, TemplateRuntimeError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     import datetime as _datetime
     from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-    from .chat import RenderResult
+    from .pipeline import RenderResult
 
 __all__ = ["RenderPool", "RenderTimeoutError", "RenderMemoryError", "WorkerCrashedError",
            "DEFAULT_MEMORY_LIMIT", "DEFAULT_TIMEOUT"]
@@ -77,7 +77,7 @@ STARTUP_TIMEOUT = 60.0
 # the package's own directory goes first unless it is on the path already (site-packages must
 # not move ahead of the standard library)
 _BOOT = ("import sys; sys.argv[1] in sys.path or sys.path.insert(0, sys.argv[1]); "
-         "from minijinja_py._pool_worker import main; main()")
+         "from minijinja_py.chat._pool_worker import main; main()")
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HAS_POLL = hasattr(__import__("select"), "poll") and os.name == "posix"
 _HAS_READV = hasattr(os, "readv")
@@ -519,7 +519,7 @@ class RenderPool:
         """The most bytes a genuine reply can have: no worker holds more than its memory."""
         if self.memory_limit:
             return self.memory_limit + (1 << 20)
-        from .limits import Limits
+        from ..limits import Limits
 
         limits = Limits(**(limit_fields or {}))
         return 4 * (limits.max_output_size + limits.max_string_size) + (1 << 20)
@@ -612,7 +612,7 @@ class RenderPool:
                      add_generation_prompt: "Any", continue_final_message: "Union[bool, str]",
                      name: "Optional[str]", special_tokens: "Any",
                      template_kwargs: "Dict[str, Any]", spans: bool) -> "RenderResult":
-        from . import chat
+        from . import pipeline as chat
 
         _check_source(source, "a chat template source must be str")
         shell = chat.ChatTemplate.__new__(chat.ChatTemplate)  # the data steps, no parsing here
@@ -743,7 +743,7 @@ def _interpreter_settings() -> "Dict[str, Any]":
 def _limit_fields(limits: "Any") -> "Optional[Dict[str, int]]":
     if limits is None:
         return None
-    from .limits import Limits
+    from ..limits import Limits
 
     if isinstance(limits, Limits):
         return {field: getattr(limits, field) for field in Limits.FIELDS}
@@ -763,7 +763,7 @@ def _environment_config(environment: "Any", limit_fields: "Any") -> "Any":
         options = dict(environment)
         if "limits" in options:
             raise TypeError("give limits to RenderPool(limits=...), not in environment")
-        from .environment import Environment
+        from ..environment import Environment
 
         Environment(**options)  # bad options fail here, not in every worker
         pickle.dumps(options)
