@@ -32,8 +32,8 @@ from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                      FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
                      SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
-from .limits import (check_stored_tuples, check_string_size, check_tuple_depth,
-                     materialise)
+from .limits import (check_comparable, check_stored_tuples, check_string_size,
+                     check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
@@ -1293,6 +1293,8 @@ class Compiler:
                     if cost:
                         _charge(scope, cost, node)
                 try:
+                    if _COMPARING_FILTERS.get(name):
+                        _check_compared(value, ())
                     result = function(env, value) if pass_env else function(value)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -1313,10 +1315,8 @@ class Compiler:
                 if cost:
                     _charge(scope, cost, node)
             try:
-                # `big is eq(other)`, `x is in(big)`: what the test compares or scans
-                cost = size_cost(value) + sum(map(size_cost, positional))
-                if cost:
-                    scope.ctx.charge(cost)
+                if name in _COMPARING_FILTERS:
+                    _check_compared(value, positional, _COMPARING_FILTERS[name])
                 if pass_env:
                     result = function(env, value, *positional, **keywords)
                 else:
@@ -1371,6 +1371,7 @@ class Compiler:
                 cost = size_cost(value) + sum(map(size_cost, positional))
                 if cost:
                     scope.ctx.charge(cost)
+                    _check_compared(value, positional)
                 if pass_env:
                     result = function(env, value, *positional, **keywords)
                 else:
@@ -1641,8 +1642,11 @@ class Compiler:
                         if kind is str:
                             if len(right) >> CHARS_SHIFT:
                                 scope.ctx.charge(len(right) >> CHARS_SHIFT)
-                        elif (kind is list or kind is tuple) and len(right) >> ITEMS_SHIFT:
-                            scope.ctx.charge(len(right) >> ITEMS_SHIFT)
+                        elif kind is list or kind is tuple:
+                            if len(right) >> ITEMS_SHIFT:
+                                scope.ctx.charge(len(right) >> ITEMS_SHIFT)
+                            if type(left) in _NESTING:  # compared with every item
+                                check_comparable(left)
                         elif kind is not dict:  # Markup, sets, views, host objects
                             scope.ctx.charge(size_cost(right))
                         if type(left) is not str:  # hashing or comparing a big key costs too
@@ -1670,7 +1674,7 @@ class Compiler:
                 right = second(scope) if constant is MISSING else constant
                 try:
                     if type(left) not in _FREE_TO_COMPARE or type(right) not in _FREE_TO_COMPARE:
-                        scope.ctx.charge(size_cost(left) + size_cost(right))
+                        _price_comparison(left, right, scope)
                     return function(left, right)
                 except Exception as exc:
                     raise _locate(exc, node) from exc
@@ -1683,7 +1687,7 @@ class Compiler:
                 for function, operand in ops:
                     right = operand(scope)
                     if type(left) not in _FREE_TO_COMPARE or type(right) not in _FREE_TO_COMPARE:
-                        scope.ctx.charge(size_cost(left) + size_cost(right))
+                        _price_comparison(left, right, scope)
                     if not function(left, right):
                         return False
                     left = right
@@ -1752,6 +1756,32 @@ class Compiler:
 
     def e_slice(self, node: n.Node) -> Expr:
         raise TemplateSyntaxError("a slice is only allowed inside []", node.lineno, node.column)
+
+
+_NESTING = (list, tuple, dict)
+#: Filters that compare the items of their input with one another (True) or with their
+#: arguments (False). Comparing two containers visits at most the smaller one, so bounding
+#: one side of every comparison is enough.
+_COMPARING_FILTERS = {"sort": True, "unique": True, "min": True, "max": True, "dictsort": True,
+                      "groupby": True, "select": False, "reject": False, "selectattr": False,
+                      "rejectattr": False}
+
+
+def _check_compared(value: Any, arguments: Any, items_too: bool = True) -> None:
+    """Containers of containers about to be compared: bounded first (see
+    limits.check_comparable). Flat values cost nothing here."""
+    for item in ((value, *arguments) if items_too else arguments):
+        if isinstance(item, _NESTING):
+            check_comparable(item)
+
+
+def _price_comparison(left: Any, right: Any, scope: Scope) -> None:
+    """Charge a comparison for what it reads; containers of containers are walked first, since
+    comparing them recurses in C with no bound on time (see limits.check_comparable)."""
+    scope.ctx.charge(size_cost(left) + size_cost(right))
+    if isinstance(left, _NESTING) and isinstance(right, _NESTING):
+        check_comparable(left)
+        check_comparable(right)
 
 
 def _local_loader(name: str) -> Expr:

@@ -208,29 +208,28 @@ def materialise(value: Any) -> list:
     return list(value)
 
 
-def check_tuple_depth(value: tuple) -> None:
-    """Refuse a tuple of tuples that would crash or hang the process when hashed.
+def _walk_nested(value: Any, kinds: Any, what: str) -> None:
+    """Refuse ``value`` when a C routine recursing through it could crash or run unbounded.
 
-    Hashing a tuple (a dict key, ``in`` on a dict, ``unique``) recurses through the tuples it
-    holds in C, with no recursion check and no way to interrupt it: a chain nested hundreds of
-    thousands deep crashes the process, and a tuple holding the same sub-tuple twice at every
-    level (``(t, t)``, repeated) takes exponential time. So a template may keep a tuple nested
-    at most ``max_recursion`` deep and holding at most ``max_collection_size`` items counted
-    along every path (what hashing visits). Only tuples in tuples count: a list or dict stops
-    the recursion (they are not hashable). The walk goes level by level; each level holds the
-    distinct tuples at that distance with the number of paths reaching them, so shared
-    sub-tuples are not walked twice per level; every tuple visited is charged as work.
+    Hashing a tuple and comparing lists, tuples and dicts recurse in C through the containers
+    they hold (``kinds``), with no way to interrupt them: a chain nested hundreds of thousands
+    deep crashes the process, and a container holding the same sub-container twice at every
+    level (``[a, a]``, repeated) takes exponential time. So such values may nest at most
+    ``max_recursion`` deep and hold at most ``max_collection_size`` items counted along every
+    path (what the C routine visits). The walk goes level by level; each level holds the
+    distinct containers at that distance with the number of paths reaching them, so shared
+    parts are not walked twice per level; every container visited is charged as work.
     """
     limits = current_limits()
     level = {id(value): (value, 1)}
     depth = 1
     visited = 0
-    reached = len(value)  # items hashing visits, over every path
+    reached = len(value)  # items the C routine visits, over every path
     while True:
         below: dict = {}
         for outer, paths in level.values():
-            for item in outer:
-                if isinstance(item, tuple):
+            for item in (outer.values() if isinstance(outer, dict) else outer):
+                if isinstance(item, kinds):
                     key = id(item)
                     seen = below.get(key)
                     below[key] = (item, paths + (seen[1] if seen is not None else 0))
@@ -241,16 +240,27 @@ def check_tuple_depth(value: tuple) -> None:
         if depth > limits.max_recursion:
             charge(visited)
             raise limits.exceeded("max_recursion",
-                                  f"a tuple nested more than {limits.max_recursion:,} deep refused")
+                                  f"{what} nested more than {limits.max_recursion:,} deep refused")
         reached += sum(len(item) * paths for item, paths in below.values())
         if reached > limits.max_collection_size:
             charge(visited)
             raise limits.exceeded(
-                "max_collection_size", f"a tuple of tuples holding more than "
-                f"{limits.max_collection_size:,} items along its paths refused (hashing it "
-                "would visit every one)")
+                "max_collection_size", f"{what} holding more than "
+                f"{limits.max_collection_size:,} items along its paths refused")
         level = below
     charge(visited)
+
+
+def check_tuple_depth(value: tuple) -> None:
+    """Before a template keeps a tuple: bound what hashing it would recurse through (tuples
+    in tuples; a list or dict stops the recursion, they are not hashable). See _walk_nested."""
+    _walk_nested(value, tuple, "a tuple of tuples")
+
+
+def check_comparable(value: Any) -> None:
+    """Before ``==``, ``<`` or ``in`` compares containers: bound what the comparison would
+    recurse through (lists, tuples and dicts in one another). See _walk_nested."""
+    _walk_nested(value, (list, tuple, dict), "a container to compare")
 
 
 def check_stored_tuples(args: Any, kwargs: Any) -> None:
