@@ -73,12 +73,15 @@ def _decimal_digits(value: int) -> float:
     return math.log10(abs(value)) if value else 0.0
 
 
+_TEXT = (str, bytes, bytearray)
+
+
 def _check_before(op: str, left: Any, right: Any) -> None:
     if op == "*":
-        if isinstance(right, int) and isinstance(left, (str, list, tuple)):
+        if isinstance(right, int) and isinstance(left, (str, list, tuple, bytes, bytearray)):
             left, right = right, left
         if isinstance(left, int) and not isinstance(left, bool) and left > 0:
-            if isinstance(right, str):
+            if isinstance(right, _TEXT):
                 check_string_size(len(right) * left)
             elif isinstance(right, (list, tuple)):
                 check_collection_size(len(right) * left)
@@ -88,11 +91,13 @@ def _check_before(op: str, left: Any, right: Any) -> None:
         if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
             _refuse_digits(min(right, 10 ** 12) * _decimal_digits(left))
     elif op == "+":
-        if isinstance(left, str) and isinstance(right, str):
+        if isinstance(left, _TEXT) and isinstance(right, _TEXT):
             check_string_size(len(left) + len(right))
         elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
             check_collection_size(len(left) + len(right))
-    elif op == "%" and isinstance(left, str):
+    elif op == "%" and isinstance(left, _TEXT):
         from .filters import check_printf_size
 
+        if not isinstance(left, str):  # bytes formatting has the same fields and widths
+            left = bytes(left).decode("latin-1")
         check_printf_size(left, right)

@@ -187,6 +187,7 @@ class Compiler:
         self.env = env
         self.sandbox = env.sandbox
         self.in_if = 0  # inside an `if`, unknown filters/tests fail at render time (Jinja2)
+        self.facts: Dict[int, int] = {}  # node id -> what its subtree holds (body_facts)
         self.autoescape = False  # inside `{% autoescape true %}`
         self.outer_refs: FrozenSet[str] = frozenset()  # names enclosing frames know
         # Names certainly bound in the innermost scope at run time (loop targets, macro
@@ -225,7 +226,20 @@ class Compiler:
     def compile_template(self, template: n.Template) -> Tuple[Stmt, Tuple[str, ...]]:
         """The root frame's code and the names it starts undefined."""
         self.outer_refs = frozenset()
+        self.facts = _subtree_facts(template)
         return self.frame(template.body)
+
+    def body_facts(self, statements: List[n.Node]) -> int:
+        """What a body holds anywhere inside it (_MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS)."""
+        facts = self.facts
+        found = 0
+        for statement in statements:
+            known = facts.get(id(statement))
+            if known is None:
+                facts.update(_subtree_facts(statement))
+                known = facts[id(statement)]
+            found |= known
+        return found
 
     def expr(self, node: n.Node) -> Expr:
         return _EXPRESSIONS[type(node)](self, node)
@@ -415,9 +429,9 @@ class Compiler:
         iterable = self.expr(node.iter)
         assign = self.assigner(node.target)
         targets = tuple(t.name for t in _target_names(node.target))
+        facts = self.body_facts(node.body)
         # Jinja2 builds `loop` only when the body mentions it (it costs per iteration).
-        uses_loop = node.recursive or any(
-            item.name == "loop" for item in n.Template(node.body).find_all(n.Name))
+        uses_loop = node.recursive or bool(facts & _MENTIONS_LOOP)
         body, fresh = self.frame(node.body, targets + (("loop",) if uses_loop else ()))
         else_, else_fresh = self.frame(node.else_) if node.else_ else (None, ())
         loop_filter = None
@@ -431,12 +445,10 @@ class Compiler:
         simple_name = node.target.name if isinstance(node.target, n.NameTarget) else None
         # One scope object can serve every iteration (cleared each time) unless something in
         # the body keeps a reference to the scope: a macro or call block defined there.
-        reuse_scope = not any(True for _ in n.Template(node.body).find_all((n.Macro,
-                                                                           n.CallBlock)))
+        reuse_scope = not facts & _KEEPS_SCOPE
         # Without assignments in the body, the iteration scope holds only the target and
         # `loop`: nothing to clear between iterations.
-        body_assigns = any(True for _ in n.Template(node.body).find_all(
-            (n.Assign, n.AssignBlock, n.Macro)))
+        body_assigns = bool(facts & _ASSIGNS)
         fast_path = reuse_scope and not body_assigns and simple_name is not None and \
             else_ is None
         iteration_cost = LOOP_STEPS + body_cost(node.body)
@@ -472,7 +484,8 @@ class Compiler:
                 return []
             try:
                 items = list(value.keys()) if type(value) is dict else materialise(value)
-            except TemplateError:
+            except TemplateError as exc:
+                exc._locate(node.iter.lineno, node.iter.column)
                 raise
             except Exception as exc:
                 raise _locate(exc, node.iter) from exc
@@ -1759,6 +1772,42 @@ class Compiler:
 
 
 _NESTING = (list, tuple, dict)
+
+# What a loop needs to know about its body (Compiler.body_facts), as bits.
+_MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS = 1, 2, 4
+
+
+def _own_facts(node: n.Node) -> int:
+    kind = type(node)
+    if kind is n.Name:
+        return _MENTIONS_LOOP if node.name == "loop" else 0
+    if kind is n.Macro:
+        return _KEEPS_SCOPE | _ASSIGNS
+    if kind is n.CallBlock:
+        return _KEEPS_SCOPE
+    if kind is n.Assign or kind is n.AssignBlock:
+        return _ASSIGNS
+    return 0
+
+
+def _subtree_facts(root: n.Node) -> Dict[int, int]:
+    """For every node under ``root`` (by id), the facts of its whole subtree, in one
+    iterative post-order walk: asking each loop about its body separately was quadratic in
+    the nesting of loops."""
+    facts: Dict[int, int] = {}
+    stack: List[Tuple[n.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = node.child_nodes()
+        if children_done:
+            found = _own_facts(node)
+            for child in children:
+                found |= facts[id(child)]
+            facts[id(node)] = found
+        else:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children)
+    return facts
 #: Filters that compare the items of their input with one another (True) or with their
 #: arguments (False). Comparing two containers visits at most the smaller one, so bounding
 #: one side of every comparison is enough.
@@ -1779,9 +1828,10 @@ def _price_comparison(left: Any, right: Any, scope: Scope) -> None:
     """Charge a comparison for what it reads; containers of containers are walked first, since
     comparing them recurses in C with no bound on time (see limits.check_comparable)."""
     scope.ctx.charge(size_cost(left) + size_cost(right))
-    if isinstance(left, _NESTING) and isinstance(right, _NESTING):
+    # one bounded side bounds the comparison (it walks both in step); `x == x` is Python's
+    # identity shortcut, item by item, and costs what its length does
+    if isinstance(left, _NESTING) and isinstance(right, _NESTING) and left is not right:
         check_comparable(left)
-        check_comparable(right)
 
 
 def _local_loader(name: str) -> Expr:

@@ -1,14 +1,30 @@
 """Persistent parse cache: parsed templates survive the process, so a cold start skips parsing.
 
 Each entry is one file in the user's cache directory (``$MINIJINJA_PY_CACHE_DIR``, else
-``$XDG_CACHE_HOME/minijinja_py``, else ``~/.cache/minijinja_py``), named by a BLAKE2 hash of
-the engine version, the grammar, the parse options and the source. The AST is stored as
-nested tuples with :mod:`marshal` (no pickle: loading never runs code), behind a CRC so that a
-truncated or corrupted file is ignored, and only from a directory and file owned by the
-current user that nobody else can write. Files are written atomically (temp file + rename).
+``$XDG_CACHE_HOME/minijinja_py``, else ``~/.cache/minijinja_py``), named by the SHA-256 of the
+engine version, the grammar, the parse options and the source (and the source's length). The
+AST is stored as nested tuples with :mod:`marshal` (no pickle: loading never runs code), only
+from a directory and file owned by the current user that nobody else can write. Files are
+written atomically (temp file + rename).
 
-Opt out with ``Environment(parse_cache=False)`` or ``MINIJINJA_PY_CACHE=0``. Any problem with
-the cache (unwritable directory, full disk, foreign file) silently falls back to parsing.
+An entry is trusted only as far as it checks out; anything else is a miss (the template is
+parsed again), never an error and never a hang:
+
+- a CRC over the whole entry: a truncated or corrupted file is ignored;
+- the entry holds the full SHA-256 it was stored under, compared with the one asked for: an
+  entry copied or renamed over another template's name is ignored (it would render the other
+  template's output);
+- its size is capped relative to the source's (:func:`size_cap`), read before the file is;
+- it is written with marshal format 2, which has no back-references; decoding counts the
+  items it rebuilds and gives up past the number of bytes the entry has, so a small payload
+  whose references would expand exponentially (possible in marshal formats 3 and 4) costs no
+  more than its own size; and a payload shorter than what format 2 makes of what it holds
+  (back-references, the short forms of formats 3 and 4) is refused.
+
+Sources longer than :data:`MAX_STORED_SOURCE` (256,000 characters; real chat templates are
+under 100 KB) are not stored. Opt out with ``Environment(parse_cache=False)`` or
+``MINIJINJA_PY_CACHE=0``. Any problem with the cache (unwritable directory, full disk, foreign
+file) silently falls back to parsing.
 """
 
 from __future__ import annotations
@@ -23,14 +39,26 @@ from . import nodes as n
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Optional, Tuple
+    from typing import Any, Callable, Optional, Tuple
 
-FORMAT = 1
+FORMAT = 2
+#: marshal format of the payload: 2 is the last without back-references (FLAG_REF, format 3+)
+MARSHAL_VERSION = 2
+_MAGIC = "minijinja_py parse cache 2"  # first item of the payload
+_DIGEST_SIZE = 32
+_HEADER = 4  # the CRC-32 of the payload; the payload is (magic, digest, encoded AST)
+#: An entry may be at most this many bytes per source character (plus SIZE_SLACK). The
+#: densest ASTs (a list of one-digit literals, chains of unary minus) take under 20.
+SIZE_PER_CHARACTER = 48
+SIZE_SLACK = 1 << 16
+#: Sources longer than this are not stored: real chat templates are under 100 KB, and writing
+#: the AST of a megabyte of hostile source would add a second to its parse.
+MAX_STORED_SOURCE = 256_000
 _NODE_TYPES = sorted((cls for cls in vars(n).values()
                       if isinstance(cls, type) and issubclass(cls, n.Node) and cls is not n.Node),
                      key=lambda cls: cls.__name__)
 _NODE_INDEX = {cls: index for index, cls in enumerate(_NODE_TYPES)}
-_NODE_TAG = "\x00node"  # marks an encoded node; a template string can never be this tuple tag
+_TUPLE = -1  # first item of an encoded tuple; a node's is its class's index (0 or more)
 
 
 def enabled() -> bool:
@@ -45,56 +73,137 @@ def cache_dir() -> str:
     return os.path.join(base, "minijinja_py")
 
 
+def _sha256() -> "Any":
+    try:  # the C module itself: hashlib would load OpenSSL, milliseconds of a cold start
+        from _sha256 import sha256  # CPython <= 3.11
+    except ImportError:  # pragma: no cover - other versions and interpreters
+        try:
+            from _sha2 import sha256  # CPython 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return sha256()
+
+
 def entry_key(source: str, options: "Tuple[Any, ...]", engine: str) -> str:
-    try:
-        from _blake2 import blake2b  # the C module itself: hashlib would load OpenSSL
-    except ImportError:  # pragma: no cover - other interpreters
-        from hashlib import blake2b
-    digest = blake2b(digest_size=20)
+    """The entry's file name: the SHA-256 of everything the AST depends on, and the source's
+    length (which bounds the entry's size, see :func:`size_cap`)."""
+    digest = _sha256()
     digest.update(repr((FORMAT, engine, options, sys.version_info[:2])).encode())
     digest.update(b"\x00")
     digest.update(source.encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    return f"{digest.hexdigest()}-{len(source)}"
+
+
+def _parse_key(key: str) -> "Optional[Tuple[bytes, int]]":
+    """(digest, source length) of a key made by :func:`entry_key`, or None."""
+    digest, _, length = key.partition("-")
+    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit() or not length.isascii():
+        return None
+    try:
+        return bytes.fromhex(digest), int(length)
+    except ValueError:
+        return None
+
+
+def size_cap(source_length: int) -> int:
+    """The most bytes an entry for a source of ``source_length`` characters may have."""
+    return _HEADER + SIZE_SLACK + SIZE_PER_CHARACTER * source_length
 
 
 # ---- AST <-> tuples -------------------------------------------------------------------------
 def _encode(value: "Any") -> "Any":
+    """Nodes -> (class index, lineno, column, *fields); tuples -> (-1, *items)."""
     if isinstance(value, n.Node):
-        return (_NODE_TAG, _NODE_INDEX[type(value)], value.lineno, value.column,
-                tuple(_encode(getattr(value, field)) for field in value.fields))
+        return (_NODE_INDEX[type(value)], value.lineno, value.column,
+                *[_encode(getattr(value, field)) for field in value.fields])
     if isinstance(value, list):
         return [_encode(item) for item in value]
     if isinstance(value, tuple):
-        return tuple(_encode(item) for item in value)
+        return (_TUPLE, *[_encode(item) for item in value])
     if isinstance(value, str) and type(value) is not str:
         return str(value)  # parser tokens kept inside Compare ops
     return value
 
 
-def _decode(value: "Any") -> "Any":
-    if isinstance(value, tuple):
-        if len(value) == 5 and value[0] == _NODE_TAG:
-            cls = _NODE_TYPES[value[1]]
-            return cls(*[_decode(item) for item in value[4]], lineno=value[2], column=value[3])
-        return tuple(_decode(item) for item in value)
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    return value
+class _TooLarge(Exception):
+    """The entry rebuilds into more items than it has bytes: it holds back-references."""
 
 
-def dumps(template: n.Template) -> bytes:
-    payload = marshal.dumps(_encode(template))
+def _decoder(budget: int) -> "Callable[[Any], Any]":
+    """A decoder of what :func:`_encode` makes, that rebuilds at most ``budget`` items.
+
+    Written without back-references, every item of the payload takes at least one byte, so
+    an entry of N bytes rebuilds at most N items; more means that it shares objects (marshal
+    formats 3+), which the AST never does, and could expand without bound.
+    """
+    types = _NODE_TYPES
+    leaves = _LEAF_TYPES
+    containers = _CONTAINERS
+    remaining = budget
+
+    def decode(value: "Any") -> "Any":
+        nonlocal remaining
+        remaining -= len(value)
+        if remaining < 0:
+            raise _TooLarge()
+        if type(value) is list:
+            return [item if type(item) not in containers else decode(item) for item in value]
+        kind = value[0]
+        if type(kind) is not int:
+            raise ValueError("not an encoded node or tuple")
+        cls = leaves.get(kind)
+        if cls is not None:  # a node whose fields are never containers: taken as they are
+            return cls(*value[3:], lineno=value[1], column=value[2])
+        if kind == _TUPLE:
+            return tuple([item if type(item) not in containers else decode(item)
+                          for item in value[1:]])
+        if kind < 0:
+            raise ValueError("not an encoded node or tuple")
+        return types[kind](*[item if type(item) not in containers else decode(item)
+                             for item in value[3:]], lineno=value[1], column=value[2])
+
+    return decode
+
+
+_CONTAINERS = frozenset((tuple, list))
+# nodes whose fields the parser only ever sets to strings, numbers, booleans and None
+_LEAF_TYPES = {_NODE_INDEX[cls]: cls for cls in (n.Const, n.Name, n.TemplateData, n.NameTarget,
+                                                 n.NSRef, n.Break, n.Continue, n.NoLoader)}
+
+
+def dumps(template: n.Template, digest: bytes = bytes(_DIGEST_SIZE)) -> bytes:
+    """The entry for ``template``, stored under ``digest`` (see :func:`entry_key`): the CRC-32
+    of the payload, then the payload, ``(magic, digest, encoded AST)`` in marshal format 2."""
+    if len(digest) != _DIGEST_SIZE:
+        raise ValueError("digest of the wrong size")
+    payload = marshal.dumps((_MAGIC, digest, _encode(template)), MARSHAL_VERSION)
     return zlib.crc32(payload).to_bytes(4, "big") + payload
 
 
-def loads(data: bytes) -> "Optional[n.Template]":
-    if len(data) < 5 or int.from_bytes(data[:4], "big") != zlib.crc32(data[4:]):
+def loads(data: bytes, digest: "Optional[bytes]" = None) -> "Optional[n.Template]":
+    """The template of an entry, or None when anything about it does not check out (its CRC,
+    the ``digest`` it was stored under when given, its items: see :func:`_decoder`)."""
+    if len(data) <= _HEADER or int.from_bytes(data[:4], "big") != zlib.crc32(
+            memoryview(data)[_HEADER:]):
         return None
     try:
-        template = _decode(marshal.loads(data[4:]))
+        payload = memoryview(data)[_HEADER:]
+        entry = marshal.loads(payload)
+        if (type(entry) is not tuple or len(entry) != 3 or entry[0] != _MAGIC
+                or type(entry[1]) is not bytes or type(entry[2]) is not tuple):
+            return None
+        if digest is not None and entry[1] != digest:
+            return None  # an entry stored for another source, options or engine
+        template = _decoder(len(payload))(entry[2])
+        # only what dumps() writes, marshal format 2: back-references and the short forms of
+        # formats 3 and 4 make a payload shorter than that (re-encoding is bounded now that
+        # the decoder met no more items than the payload has bytes). Lengths are compared,
+        # not bytes: whether a string is written as interned depends on the process.
+        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):
+            return None
     except Exception:  # any malformed entry is a cache miss, never an error
         return None
-    return template if isinstance(template, n.Template) else None
+    return template if type(template) is n.Template else None
 
 
 # ---- files ----------------------------------------------------------------------------------
@@ -107,6 +216,12 @@ def _private(info: "os.stat_result") -> bool:
 
 
 def load(key: str) -> "Optional[n.Template]":
+    parsed = _parse_key(key)
+    if parsed is None:
+        return None
+    digest, source_length = parsed
+    if source_length > MAX_STORED_SOURCE:
+        return None  # never stored
     directory = cache_dir()
     path = os.path.join(directory, key)
     try:
@@ -117,26 +232,39 @@ def load(key: str) -> "Optional[n.Template]":
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _private(info) or info.st_size > 256 << 20:
+        cap = size_cap(source_length)
+        if not stat.S_ISREG(info.st_mode) or not _private(info) or info.st_size > cap:
             return None
         with os.fdopen(fd, "rb") as handle:
             fd = -1
-            data = handle.read()
+            data = handle.read(cap + 1)  # the file may have grown since fstat
     except OSError:
         return None
     finally:
         if fd != -1:
             os.close(fd)
-    return loads(data)
+    if len(data) > cap:
+        return None
+    with n.PausedGC(source_length):  # a big AST: see nodes.PausedGC
+        return loads(data, digest)
 
 
 def store(key: str, template: n.Template) -> None:
+    parsed = _parse_key(key)
+    if parsed is None:
+        return
+    digest, source_length = parsed
+    if source_length > MAX_STORED_SOURCE:
+        return
     directory = cache_dir()
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         if not _private(os.stat(directory)):
             return
-        data = dumps(template)
+        with n.PausedGC(source_length):
+            data = dumps(template, digest)
+        if len(data) > size_cap(source_length):
+            return  # load() would refuse it
         temporary = os.path.join(directory, f".{key}.{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

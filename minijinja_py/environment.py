@@ -20,6 +20,7 @@ from .compiler import Compiler, RenderContext, Scope
 from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
+from .nodes import PausedGC
 from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
                       TemplateReference, Undefined, raise_template_error, wants_environment)
 from .sandbox import Sandbox
@@ -82,6 +83,8 @@ class Environment:
             return cached
         _limits.ensure_recursion_headroom(self.limits)
         parse_token = _limits.activate_parse(self.limits)  # the deadline of this parse
+        paused_gc = PausedGC(len(source))  # a big source: see nodes.PausedGC
+        paused_gc.__enter__()
         try:
             ast = self._parse(source, name)
             try:
@@ -104,6 +107,7 @@ class Environment:
         except RecursionError:
             raise self.limits.exceeded("max_nesting", "template nested too deeply") from None
         finally:
+            paused_gc.__exit__(None, None, None)
             _limits.deactivate(parse_token)
         self._cache[key] = (ast, compiled)
         if len(self._cache) > _CACHE_SIZE:
@@ -202,7 +206,8 @@ def _engine_id() -> str:
         # the AST's shape is defined by the grammar, the parser and the node classes
         here = os.path.dirname(os.path.abspath(__file__))
         code = 0
-        for module in ("nodes.py", "parser.py", "diskcache.py"):
+        for module in ("nodes.py", "parser.py", "scanner.py", "lalr.py", "_lalr_tables.json",
+                       "diskcache.py"):
             try:
                 with open(os.path.join(here, module), "rb") as handle:
                     code = zlib.crc32(handle.read(), code)

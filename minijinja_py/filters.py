@@ -14,7 +14,12 @@ Jinja2 hands back a one-shot generator (``map``, ``select``, ``reject``, ``selec
 and is not JSON, exactly as in Jinja2.
 
 Filters that can build a large string or list check the size against the render's limits
-before building it (see :mod:`minijinja_py.limits`). The public table is :data:`FILTERS`.
+before building it (see :mod:`minijinja_py.limits`), escaping included (a ``repr`` or JSON
+of control characters, Markup's ``&amp;``). Filters that run Python code per word, tag,
+entity, line or ``%`` field (``title``, ``wordwrap``, ``striptags``, ``urlize``, ``format``,
+``wordcount``, ``indent``, ``join``, ``slice``...) charge steps for that work themselves with
+:func:`~minijinja_py.limits.charge`, before doing it, on top of what budget.py charges by
+size; every one of them is linear in its input. The public table is :data:`FILTERS`.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .exceptions import FilterArgumentError
+from .exceptions import FilterArgumentError, LimitExceededError
 from .budget import CHARS_SHIFT, ITEM_STEPS
-from .limits import charge, check_collection_size, check_string_size, current_limits
+from .limits import (charge, check_collection_size, check_deadline, check_string_size,
+                     current_limits)
 from .markup import Markup, escape
-from .runtime import (MISSING, BoundMethod, ChainableUndefined, LazySequence, Undefined,
-                      pass_environment)
+from .runtime import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner, LazySequence,
+                      Namespace, Undefined, pass_environment)
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -140,20 +146,57 @@ def _mapping_items(value: Any) -> Any:
 # -- size estimation ---------------------------------------------------------------------------
 
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+# Engine objects whose printed form shows the data they hold (``<Namespace {...}>``...).
+_HOLDERS = (Namespace, Cycler, Joiner)
+#: Characters measured at a time when the exact escaped length of a string is needed: bounds
+#: the temporary copy (at most 12 times this) made to measure it.
+_MEASURE_CHUNK = 1 << 16
+#: How many times longer than the string itself its escaped form can be: ``repr``/``ascii``
+#: (``'\\U000e0001'``), JSON (``\\u0000``; non-ASCII is counted 6x already when escaped).
+_ESCAPE_FACTOR = {"repr": 10, "ascii": 10, "json": 6, "json_ascii": 6}
 
 
 def _int_width(value: int) -> int:
     return value.bit_length() * 30103 // 100000 + 2
 
 
+def _escaped_size(text: str, escaping: str) -> int:
+    """The exact length of ``text`` as ``repr``/``ascii``/JSON prints it, quotes included
+    (``repr`` may count one more character per ``'``): the cheap checks first, then the
+    escaped form measured a chunk at a time, so no big temporary copy is made."""
+    if escaping == "repr" or escaping == "ascii":
+        if (text.isprintable() and (escaping == "repr" or text.isascii())
+                and "\\" not in text and "'" not in text):
+            return len(text) + 2
+        convert = repr if escaping == "repr" else ascii
+        total = 2 + text.count("'")  # the quotes chosen for a chunk may differ from the whole
+    else:
+        if (text.isprintable() and (escaping == "json" or text.isascii())
+                and '"' not in text and "\\" not in text):
+            return len(text) + 2
+        import json
+
+        ensure_ascii = escaping == "json_ascii"
+
+        def convert(chunk: str) -> str:
+            return json.dumps(chunk, ensure_ascii=ensure_ascii)
+        total = 2
+    for start in range(0, len(text), _MEASURE_CHUNK):
+        total += len(convert(text[start:start + _MEASURE_CHUNK])) - 2
+    return total
+
+
 def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int = 2,
-                        indent: Optional[int] = None, ascii_only: bool = False) -> int:
+                        indent: Optional[int] = None, ascii_only: bool = False,
+                        escaping: Optional[str] = None) -> int:
     """A cheap estimate of the text that serialising ``value`` produces, checked as it grows.
 
     Walks lists, tuples, dicts and sets once per distinct object (shared references are
     counted every time they are printed but measured once), refuses nesting deeper than
     ``Limits.max_recursion`` and totals above ``Limits.max_string_size``. ``ascii_only``
-    counts non-ASCII strings at six characters each (JSON with ``ensure_ascii``).
+    counts non-ASCII strings at six characters each (JSON with ``ensure_ascii``);
+    ``escaping`` (``"repr"``, ``"json"``, ``"json_ascii"``) measures every string exactly as
+    that serialisation escapes it (``'\\x00'`` is four characters in a repr).
     """
     limits = current_limits()
     max_depth = limits.max_recursion
@@ -161,14 +204,19 @@ def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int =
     memo: Dict[Tuple[int, int], int] = {}
     active: set = set()
     string_sizes: Dict[int, int] = {}
+    visited = 0
 
     def leaf(obj: Any) -> int:
         if isinstance(obj, str):
-            if not ascii_only:
+            if escaping is None and not ascii_only:
                 return len(obj) + (10 if isinstance(obj, Markup) else 2)
             size = string_sizes.get(id(obj))
             if size is None:
-                size = string_sizes[id(obj)] = (len(obj) if obj.isascii() else 6 * len(obj)) + 2
+                if escaping is not None:
+                    size = _escaped_size(obj, escaping) + (8 if isinstance(obj, Markup) else 0)
+                else:
+                    size = (len(obj) if obj.isascii() else 6 * len(obj)) + 2
+                string_sizes[id(obj)] = size
             return size
         if obj is None or isinstance(obj, bool):
             return 5
@@ -176,11 +224,34 @@ def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int =
             return _int_width(obj)
         if isinstance(obj, float):
             return 24
+        if isinstance(obj, _HOLDERS):
+            return 32 + holder(obj)
         return 32
 
+    def holder(obj: Any) -> int:
+        # what the engine object's repr shows of its data, measured like any data
+        if isinstance(obj, Namespace):
+            inner = obj._attrs
+        elif isinstance(obj, Cycler):
+            inner = list(obj.items)
+        else:
+            inner = obj.sep
+        if id(obj) in active:
+            return 32
+        active.add(id(obj))
+        try:
+            return measure(inner, 0) if escaping == "repr" else (
+                _estimate_text_size(inner, what, escaping="repr"))
+        finally:
+            active.discard(id(obj))
+
     def measure(obj: Any, depth: int) -> int:
+        nonlocal visited
         if not isinstance(obj, _CONTAINERS):
             return leaf(obj)
+        visited += 1
+        if not visited & 1023:
+            check_deadline()
         if depth > max_depth:
             raise limits.exceeded("max_recursion", f"data nested too deeply for {what}")
         key = (id(obj), depth if indent is not None else 0)
@@ -270,21 +341,26 @@ def _tree_text_size(value: Any, max_depth: int, per_item: int, indent: int,
 
 
 def _check_serialised_size(value: Any, what: str, item_sep: int = 2, key_sep: int = 2,
-                           indent: Optional[int] = None, ascii_only: bool = False) -> None:
+                           indent: Optional[int] = None, ascii_only: bool = False,
+                           escaping: str = "repr") -> None:
     """Refuse serialising ``value`` when the text would exceed the limits (fast path first).
 
     Measuring walks the data in Python and serialising it runs at C speed: together about a
-    step per four characters of the text, charged here before either happens.
+    step per four characters of the text, charged here before either happens. The fast walk
+    counts strings unescaped; when escaping them could take the text over the limit (at
+    most :data:`_ESCAPE_FACTOR` times longer), every string is measured exactly.
     """
     limits = current_limits()
     try:
         size = _tree_text_size(value, limits.max_recursion, item_sep + key_sep, indent or 0,
                                ascii_only)
     except _NotATree:
-        size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+        size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only,
+                                   escaping)
     else:
-        if size > limits.max_string_size:
-            size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only)
+        if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:
+            size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only,
+                                       escaping)
     charge(size >> 2)
 
 
@@ -292,9 +368,11 @@ def check_str_size(value: Any) -> None:
     """Before ``str(container)``: refuse results that would exceed the limits.
 
     A list holding the same long string many times prints far longer than it is big in
-    memory; this refuses (and bounds the nesting of) such values before ``str()`` runs.
+    memory, and a repr escapes control characters (``'\\x00'``); this refuses (and bounds the
+    nesting of) such values before ``str()`` runs. Engine objects that print the data they
+    hold (a namespace, a cycler) are measured the same way.
     """
-    if isinstance(value, _CONTAINERS):
+    if isinstance(value, _CONTAINERS) or isinstance(value, _HOLDERS):
         _check_serialised_size(value, "str()")
 
 
@@ -326,6 +404,7 @@ def _gather(items: Iterable[Any], convert: Callable[[Any], str], separator: Any)
         if total > limit:
             check_string_size(total)
         pieces.append(piece)
+    charge(len(pieces) * 2)  # Python code ran for each item: about 0.3 microseconds
     return pieces
 
 
@@ -351,9 +430,14 @@ def do_capitalize(s: Any) -> str:
 _TITLE_SPLIT_RE = re.compile(r"([-\s({\[<]+)")
 
 
+#: Steps per piece ``title`` handles in Python (a word or the separator after it).
+TITLE_PIECE_STEPS = 8
+
+
 def do_title(s: Any) -> str:
     """Uppercase the first letter of every word (words start after spaces, ``-([{<``)."""
     pieces = _TITLE_SPLIT_RE.split(_text(s))
+    charge(len(pieces) * TITLE_PIECE_STEPS)
     return "".join(str(piece[0]).upper() + str(piece[1:]).lower() for piece in pieces if piece)
 
 
@@ -400,11 +484,30 @@ def do_replace(env: Any, s: Any, old: Any, new: Any, count: Optional[int] = None
 
 
 _WORD_RE = re.compile(r"\w+")
+_WORD_REST_RE = re.compile(r"\w*")
+#: Characters counted at a time by ``wordcount`` (bounds the list of words it builds), and
+#: steps per word found (a match object each).
+_WORDCOUNT_CHUNK = 1 << 16
+WORD_STEPS = 3
 
 
 def do_wordcount(s: Any) -> int:
     """The number of words (runs of word characters) in the value."""
-    return len(_WORD_RE.findall(_text(s)))
+    text = _text(s)
+    if len(text) <= _WORDCOUNT_CHUNK:
+        count = len(_WORD_RE.findall(text))
+        charge(count * WORD_STEPS)
+        return count
+    # a chunk at a time, each ending after a whole word, so memory stays small
+    count = 0
+    start = 0
+    while start < len(text):
+        stop = _WORD_REST_RE.match(text, min(start + _WORDCOUNT_CHUNK, len(text))).end()
+        found = len(_WORD_RE.findall(text, start, stop))
+        charge(found * WORD_STEPS)
+        count += found
+        start = stop
+    return count
 
 
 def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
@@ -430,6 +533,7 @@ def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) 
     lines = s.splitlines()
     if pad:
         check_string_size(len(s) + len(pad) * (len(lines) + 1))
+    charge(len(lines) * 3)  # a Python step per line: about 0.3 microseconds
     if blank:
         result = (newline + pad).join(lines)
     else:
@@ -463,6 +567,10 @@ def do_truncate(s: Any, length: int = 255, killwords: bool = False, end: str = "
     return kept + end
 
 
+#: Steps per chunk and per line ``wordwrap`` handles (textwrap is Python code).
+WRAP_CHUNK_STEPS = 16
+
+
 def do_wordwrap(s: Any, width: int = 79, break_long_words: bool = True,
                 wrapstring: Optional[str] = None, break_on_hyphens: bool = True) -> str:
     """Wrap the text at ``width`` columns; existing lines are wrapped one by one.
@@ -473,18 +581,26 @@ def do_wordwrap(s: Any, width: int = 79, break_long_words: bool = True,
 
     if wrapstring is None:
         wrapstring = "\n"
-    if break_long_words and isinstance(width, int) and isinstance(s, str):
-        # textwrap breaks a word longer than the width by re-slicing the rest of the word for
-        # every line it fills: quadratic in the word's length. Pay for that copying first.
-        span = max(width, 1)
-        copied = sum(len(word) * len(word) // (2 * span) for word in s.split()
-                     if len(word) > span)
-        charge(copied >> CHARS_SHIFT)
-    paragraphs = [
-        textwrap.wrap(line, width=width, expand_tabs=False, replace_whitespace=False,
-                      break_long_words=break_long_words, break_on_hyphens=break_on_hyphens)
-        for line in s.splitlines()
-    ]
+    lines = s.splitlines()
+    if isinstance(s, str):
+        # textwrap runs Python code for every chunk (a word, a space run, a hyphenated part)
+        # and every line: about 1.5 microseconds each. Pay for it first.
+        charge(WRAP_CHUNK_STEPS * (s.count(" ") + s.count("\t") + s.count("-") + len(lines)))
+        if break_long_words and isinstance(width, int):
+            # textwrap breaks a word longer than the width by re-slicing the rest of the
+            # word for every line it fills: quadratic in the word's length. Pay for that.
+            span = max(width, 1)
+            copied = 0
+            for word in s.split():
+                if len(word) > span:
+                    copied += len(word) * len(word) // (2 * span) + WRAP_CHUNK_STEPS * (
+                        len(word) // span)
+            charge(copied >> CHARS_SHIFT)
+    # one wrapper for every line: the same as textwrap.wrap() per line, without rebuilding it
+    wrapper = textwrap.TextWrapper(
+        width=width, expand_tabs=False, replace_whitespace=False,
+        break_long_words=break_long_words, break_on_hyphens=break_on_hyphens)
+    paragraphs = [wrapper.wrap(line) for line in lines]
     if isinstance(wrapstring, str) and paragraphs:
         separators = sum(max(len(lines) - 1, 0) for lines in paragraphs) + len(paragraphs) - 1
         check_string_size(sum(len(line) for lines in paragraphs for line in lines)
@@ -492,62 +608,141 @@ def do_wordwrap(s: Any, width: int = 79, break_long_words: bool = True,
     return wrapstring.join([wrapstring.join(lines) for lines in paragraphs])
 
 
-_PRINTF_RE = re.compile(
-    r"%(?:\((?P<key>[^)]*)\))?[-+ #0]*(?P<width>\*|\d+)?(?:\.(?P<prec>\*|\d*))?[hlL]?"
-    r"(?P<conv>.)?", re.S)
+# A "%" field: an optional "(key)" without nested parentheses (nested ones are matched by
+# hand), flags, width, precision, length modifier, conversion. "[^()]*" stops at the next
+# parenthesis, so a key that is never closed costs no rescanning ("%(" * 40000 is linear).
+_PRINTF_RE = re.compile(r"%(?:\(([^()]*)\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.)?", re.S)
+# The same with the parentheses kept in the key group, for findall ("" is then "no key").
+_PRINTF_ALL_RE = re.compile(r"%(\([^()]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.)?", re.S)
+_PRINTF_SPEC_RE = re.compile(r"[-+ #0]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.)?", re.S)
+_PARENS_RE = re.compile(r"[()]")
+#: Steps charged per "%" of a printf template: measuring a field runs Python code (about a
+#: microsecond and a half), formatting it runs at C speed.
+PRINTF_FIELD_STEPS = 16
+
+
+def _printf_fields(template: str) -> Iterator[Tuple[Optional[str], Any, Any, Any]]:
+    """``(key, width, precision, conversion)`` of every ``%`` field, as CPython parses them,
+    in linear time: a ``%(`` key runs to its matching ``)`` (parentheses nest), and the scan
+    stops at a key that is never closed (the formatting itself fails there)."""
+    fields = _PRINTF_ALL_RE.findall(template)  # the common case, at C speed
+    if not any(conversion == "(" and not key for key, _, _, conversion in fields):
+        for key, width, precision, conversion in fields:
+            yield key[1:-1] if key else None, width, precision, conversion
+        return
+    search = _PRINTF_RE.search
+    field = search(template)
+    while field is not None:
+        if (field.group(4) != "(" or field.group(1) is not None
+                or field.end() != field.start() + 2):
+            yield field.group(1), field.group(2), field.group(3), field.group(4)
+            field = search(template, field.end())
+            continue
+        # "%(" whose key holds parentheses (or is never closed): match them by hand
+        depth = 0
+        closing = None
+        for paren in _PARENS_RE.finditer(template, field.start() + 1):
+            if paren.group() == "(":
+                depth += 1
+            else:
+                depth -= 1
+                if not depth:
+                    closing = paren.start()
+                    break
+        if closing is None:
+            return
+        spec = _PRINTF_SPEC_RE.match(template, closing + 1)
+        yield (template[field.start() + 2:closing], spec.group(1), spec.group(2),
+               spec.group(3))
+        field = search(template, spec.end())
+
+
+def _printf_value_size(value: Any, conversion: Any, escaped: bool) -> int:
+    """The most characters one ``%`` field can print for ``value`` (its width aside)."""
+    if isinstance(value, str):
+        if conversion == "r" or conversion == "a":
+            size = _escaped_size(value, "repr" if conversion == "r" else "ascii")
+        else:
+            size = len(value)
+    elif value is None or isinstance(value, bool):
+        size = 5
+    elif isinstance(value, int):
+        size = value.bit_length() // 3 + 3  # octal is the longest form
+    elif isinstance(value, float):
+        size = 330  # "%f" % 1e308
+    elif isinstance(value, _CONTAINERS) or isinstance(value, _HOLDERS):
+        size = _estimate_text_size(value, "format", escaping="repr")
+    else:
+        size = 32
+    # Markup's % escapes every value: "&" becomes "&amp;"
+    return size * 5 if escaped else size
 
 
 def _check_printf_size(template: str, values: Any) -> None:
-    """Refuse ``template % values`` when widths, precisions or repeated keys make it huge."""
-    if "%" not in template:
+    """Refuse ``template % values`` when widths, precisions or repeated keys make it huge.
+
+    Linear in the template; charges :data:`PRINTF_FIELD_STEPS` per ``%`` first.
+    """
+    fields = template.count("%")
+    if not fields:
         return
+    charge(fields * PRINTF_FIELD_STEPS)
+    limit = current_limits().max_string_size
+    escaped = isinstance(template, Markup)
     total = len(template)
     mapping = values if isinstance(values, abc.Mapping) else None
     positional = values if isinstance(values, tuple) else ()
+    fields_found = list(_printf_fields(template))
+    # a repr (%r, %a) may print a string escaped, up to ten times longer
+    as_repr = "r" if any(field[3] == "r" or field[3] == "a" for field in fields_found) else "s"
     for item in positional:  # each positional argument is printed at most once
-        total += len(item) if isinstance(item, str) else _estimate_text_size(item, "format")
+        if type(item) is str and not escaped and as_repr == "s":
+            total += len(item)
+        else:
+            total += _printf_value_size(item, as_repr, escaped)
+        if total > limit:
+            check_string_size(total)
     index = 0
     sizes: Dict[Tuple[str, bool], int] = {}
-    whole_mapping: List[int] = []  # "%s" % {...} prints the whole mapping
-
-    def take() -> Any:
-        nonlocal index
-        value = positional[index] if index < len(positional) else None
-        index += 1
-        return value
-
-    for match in _PRINTF_RE.finditer(template):
-        if match.group("conv") == "%" and match.group(0) == "%%":
-            continue
-        for name in ("width", "prec"):
-            part = match.group(name)
-            if part == "*":
-                value = take()
-                if isinstance(value, int):
-                    total += abs(value)
-            elif part:
-                total += int(part) if len(part) < 12 else 10 ** 12
-        key = match.group("key")
-        if key is not None and mapping is not None:
-            as_repr = match.group("conv") in ("r", "a")
-            if (key, as_repr) not in sizes:
+    whole_mapping = -1  # "%s" % {...} prints the whole mapping
+    seen = 0
+    for key, width, precision, conversion in fields_found:
+        if width or precision:
+            if key is None and conversion == "%" and not width and precision == "":
+                continue
+            for part in (width, precision):
+                if part == "*":
+                    value = positional[index] if index < len(positional) else None
+                    index += 1
+                    if isinstance(value, int):
+                        total += abs(value)
+                elif part:
+                    total += int(part) if len(part) < 12 else 10 ** 12
+        elif key is None and conversion == "%":
+            continue  # "%%"
+        if mapping is None:
+            index += 1
+        elif key is not None:
+            marker = (key, conversion == "r" or conversion == "a")
+            known = sizes.get(marker)
+            if known is None:
                 try:
-                    item = mapping[key]
-                    if isinstance(item, str) and not as_repr:
-                        sizes[(key, as_repr)] = len(item)
-                    else:
-                        sizes[(key, as_repr)] = _estimate_text_size(item, "format")
+                    known = _printf_value_size(mapping[key], conversion, escaped)
+                except LimitExceededError:
+                    raise
                 except Exception:
-                    sizes[(key, as_repr)] = 0
-            total += sizes[(key, as_repr)]
-        elif mapping is not None:
-            if not whole_mapping:
-                whole_mapping.append(_estimate_text_size(mapping, "format"))
-            total += whole_mapping[0]
+                    known = 0  # the formatting itself fails on this key
+                sizes[marker] = known
+            total += known
         else:
-            take()
-        if total > current_limits().max_string_size:
+            if whole_mapping < 0:
+                whole_mapping = _printf_value_size(mapping, "s", escaped)
+            total += whole_mapping
+        if total > limit:
             break
+        seen += 1
+        if not seen & 4095:
+            check_deadline()
     check_string_size(total)
 
 
@@ -624,7 +819,8 @@ def _drop_comments(text: str) -> str:
         end = text.find(closer, start)
         if end == -1:
             break
-        kept.append(text[position:start])
+        if start > position:  # never an empty chunk: kept_tail() must stay O(1)
+            kept.append(text[position:start])
         position = end + len(closer)
     kept.append(text[position:])
     return "".join(kept)
@@ -647,13 +843,21 @@ def _drop_tags(text: str) -> str:
     return "".join(kept)
 
 
+STRIP_TAG_STEPS = 10
+STRIP_ENTITY_STEPS = 20
+
+
 def do_striptags(value: Any) -> str:
     """Remove SGML/XML comments and tags, collapse whitespace and decode HTML entities."""
     import html
 
     if _has_html(value):
         value = value.__html__()
-    text = _drop_tags(_drop_comments(_plain_str(value)))
+    text = _plain_str(value)
+    # every tag or comment removed and every entity decoded runs Python code (about one and
+    # two microseconds): charged first
+    charge(STRIP_TAG_STEPS * text.count("<") + STRIP_ENTITY_STEPS * text.count("&"))
+    text = _drop_tags(_drop_comments(text))
     return html.unescape(" ".join(text.split()))
 
 
@@ -686,6 +890,7 @@ def _url_quote(value: Any, for_qs: bool = False) -> str:
 
     if not isinstance(value, bytes):
         value = _plain_str(value).encode("utf-8")
+    charge(len(value) >> 3)  # quote_from_bytes runs Python code per byte to quote
     quoted = quote_from_bytes(value, b"" if for_qs else b"/")
     return quoted.replace("%20", "+") if for_qs else quoted
 
@@ -711,7 +916,12 @@ _URL_RE = re.compile(
 _EMAIL_RE = re.compile(r"^\S+@\w[\w.-]*\.\w+$")
 _SCHEME_RE = re.compile(r"[\w.+-]{2,}:/{0,2}")
 _LEAD_RE = re.compile(r"^(?:[(<]|&lt;)+")
-_TRAIL_RE = re.compile(r"(?:[)>.,\n]|&gt;)+$")
+# The trailing punctuation, matched on the REVERSED word: a linear scan (searching the word
+# itself for "(...)+$" retries from every position, quadratic on "))))...)x)").
+_TRAIL_REVERSED_RE = re.compile(r"(?:[)>.,\n]|;tg&)+")
+#: Steps per word (and per whitespace run) ``urlize`` handles: a few regular expressions and
+#: string operations in Python, about a microsecond.
+URLIZE_WORD_STEPS = 12
 _TRAIL_ENDINGS = (")", ">", ".", ",", "\n", "&gt;")
 _BRACKETS = (("(", ")"), ("<", ">"), ("&lt;", "&gt;"))
 
@@ -726,6 +936,7 @@ def _linkify(text: Any, trim_url_limit: Optional[int], rel: Optional[str],
 
     check_str_size(text)
     words = re.split(r"(\s+)", str(escape(text)))
+    charge(len(words) * URLIZE_WORD_STEPS)
     attributes = ""
     if rel:
         attributes += f' rel="{escape(rel)}"'
@@ -740,17 +951,20 @@ def _linkify(text: Any, trim_url_limit: Optional[int], rel: Optional[str],
             head = lead.group()
             core = core[lead.end():]
         if core.endswith(_TRAIL_ENDINGS):
-            trail = _TRAIL_RE.search(core)
-            if trail:
-                tail = trail.group()
-                core = core[: trail.start()]
-        # Give back closing brackets the link itself opened, e.g. "(see wiki/Foo_(bar))".
+            cut = len(core) - _TRAIL_REVERSED_RE.match(core[::-1]).end()
+            tail = core[cut:]
+            core = core[:cut]
+        # Give back closing brackets the link itself opened, e.g. "(see wiki/Foo_(bar))":
+        # as many as it opened (and the tail holds), with whatever precedes them in the tail.
         for opener, closer in _BRACKETS:
             opened = core.count(opener)
             if opened <= core.count(closer):
                 continue
-            for _ in range(min(opened, tail.count(closer))):
-                cut = tail.index(closer) + len(closer)
+            moves = min(opened, tail.count(closer))
+            if moves:
+                cut = 0
+                for _ in range(moves):
+                    cut = tail.index(closer, cut) + len(closer)
                 core += tail[:cut]
                 tail = tail[cut:]
         if _URL_RE.match(core):
@@ -933,13 +1147,23 @@ def do_last(env: Any, seq: Any) -> Any:
         return env.undefined(hint="No last item, sequence was empty.")
 
 
+_SYSTEM_RANDOM: List[Any] = []
+
+
 @pass_environment
 def do_random(env: Any, seq: Any) -> Any:
-    """A random item, or an undefined value when the sequence is empty."""
-    import random as _random
+    """A random item, or an undefined value when the sequence is empty.
 
+    Drawn from the operating system's randomness (``random.SystemRandom``), never from the
+    host's global ``random`` state: a template can neither observe nor advance it, and its
+    picks cannot be predicted from earlier ones.
+    """
+    if not _SYSTEM_RANDOM:
+        import random as _random
+
+        _SYSTEM_RANDOM.append(_random.SystemRandom())
     try:
-        return _random.choice(seq)
+        return _SYSTEM_RANDOM[0].choice(seq)
     except IndexError:
         return env.undefined(hint="No random item, sequence was empty.")
 
@@ -1023,6 +1247,7 @@ def do_slice(value: Any, slices: int, fill_with: Any = None) -> LazySequence:
         numbers = range(slices)
         if isinstance(slices, int):
             check_collection_size(slices)
+            charge(slices * 12)  # a new list per column, even an empty one
         for number in numbers:
             start = number * per_column + min(number, longer)
             stop = start + per_column + (1 if number < longer else 0)
@@ -1333,7 +1558,8 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
         except (TypeError, ValueError):
             pass
     _check_serialised_size(value, "tojson", item_sep, key_sep, indent_width,
-                           ascii_only=bool(ensure_ascii))
+                           ascii_only=bool(ensure_ascii),
+                           escaping="json_ascii" if ensure_ascii else "json")
     try:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                           separators=separators, sort_keys=sort_keys, default=_json_default)
@@ -1347,7 +1573,9 @@ def do_pprint(value: Any) -> str:
 
     limits = current_limits()
     # pformat runs Python code for every element: about a step per character it prints
-    charge(_estimate_text_size(value, "pprint", 2, 2, 1))
+    size = _estimate_text_size(value, "pprint", 2, 2, 1, escaping="repr")
+    check_string_size(size)
+    charge(size)
     try:
         return _pprint.pformat(value)
     except RecursionError:

@@ -22,20 +22,24 @@ from __future__ import annotations
 
 import os
 import zlib
-from operator import attrgetter
+from operator import itemgetter
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .parser import Token  # noqa: F811
+    Token = Tuple[str, str, int]  # (type, text, offset), as the scanner makes them
+
+from .limits import check_deadline
 
 TABLES_FILE = "_lalr_tables.json"
 TRACE_TOKENS = 64  # tags up to this many tokens have their parse moves remembered...
 TRACE_CACHE_SIZE = 4096  # ...this many shapes at most
 FORMAT_VERSION = 1
 END = "$END"
-_token_type = attrgetter("type")
+_NO_LIMIT = float("inf")
+DEADLINE_EVERY = 1024  # tokens shifted between two looks at the parse deadline (a clock read)
+_token_type = itemgetter(0)  # a token is (type, text, offset)
 
 
 def grammar_path() -> str:
@@ -136,7 +140,7 @@ class Tables:
     """Loaded parse tables, ready for :func:`parse`."""
 
     __slots__ = ("rules", "states", "start_states", "end_states", "steps", "units", "gotos",
-                 "traces", "_end_set", "_callbacks")
+                 "traces", "max_rule_size", "_end_set", "_callbacks")
 
     def __init__(self, data: Dict[str, Any]) -> None:
         self.rules: List[Tuple[str, int, str, bool, Tuple[int, ...]]] = [
@@ -169,6 +173,7 @@ class Tables:
         # (start symbol, token types...) -> the moves of a successful parse (see _replay)
         self.traces: Dict[Tuple[str, ...], List[Any]] = {}
         self._end_set = frozenset(self.end_states.values())
+        self.max_rule_size = max((rule[1] for rule in self.rules), default=1)
         self._callbacks: Dict[int, Tuple[Any, List[Any]]] = {}
 
     def unit_run(self, below: int, state: int, kind: str) -> int:
@@ -200,7 +205,18 @@ class Tables:
         return self.unit_run(below, state, kind)
 
     def callbacks(self, transformer: Any) -> List[Any]:
-        """Per rule, the transformer's bound method (looked up on first use, as getattr)."""
+        """Per rule, the transformer's bound method (looked up on first use, as getattr).
+
+        Kept on the transformer when it has a ``lalr_callbacks`` slot (the parser makes one
+        transformer per parse: the tables must not keep it alive), else here."""
+        try:
+            entry = transformer.lalr_callbacks
+        except AttributeError:
+            pass
+        else:
+            if entry is None or entry[0] is not self:
+                entry = transformer.lalr_callbacks = (self, [None] * len(self.steps))
+            return entry[1]
         entry = self._callbacks.get(id(transformer))
         if entry is None or entry[0] is not transformer:
             entry = (transformer, [None] * len(self.steps))
@@ -240,11 +256,12 @@ class ParseError(Exception):
 def parse(tables: Tables, tokens: Iterable["Token"], start: str, transformer: Any) -> Any:
     """Run the LALR automaton over ``tokens`` and build the result with ``transformer``.
 
-    ``tokens`` is a list, or any iterable (a generator keeps a long tag's tokens from all
-    being alive at once).
+    ``tokens`` is a tuple or list of ``(type, text, offset)`` tokens, or any iterable of
+    them; the transformer gets them as they are among a rule's children. A deadline error
+    is located with the transformer's ``position(offset)`` when it has one.
     """
     trace: Optional[List[int]] = None
-    if type(tokens) is list and len(tokens) <= TRACE_TOKENS:
+    if (type(tokens) is tuple or type(tokens) is list) and len(tokens) <= TRACE_TOKENS:
         # The automaton's moves only depend on the token types: a tag shaped like one met
         # before replays its moves (see _replay) without consulting the tables.
         key = (start, *map(_token_type, tokens))
@@ -264,10 +281,13 @@ def parse(tables: Tables, tokens: Iterable["Token"], start: str, transformer: An
     next_token = iter(tokens).__next__
     try:
         token = next_token()
-        kind = token.type
+        kind = token[0]
     except StopIteration:
         token = None
         kind = END
+    countdown = DEADLINE_EVERY
+    # the deepest stack the transformer accepts (see parser.ToAst.max_stack)
+    max_stack = getattr(transformer, "max_stack", None) or _NO_LIMIT
     while True:
         action = states[state].get(kind)
         if action is None:
@@ -280,9 +300,15 @@ def parse(tables: Tables, tokens: Iterable["Token"], start: str, transformer: An
             value_stack.append(token)
             if trace is not None:
                 trace.append(-1)
+            countdown -= 1
+            if not countdown:
+                countdown = DEADLINE_EVERY
+                _check_deadline(token, transformer)
+                if len(state_stack) > max_stack:
+                    raise transformer.too_deep(token)
             try:
                 token = next_token()
-                kind = token.type
+                kind = token[0]
             except StopIteration:
                 token = None
                 kind = END
@@ -366,6 +392,18 @@ def parse(tables: Tables, tokens: Iterable["Token"], start: str, transformer: An
                 tables.traces[(start, *map(_token_type, tokens))] = _compile_trace(
                     tables, trace)
             return value_stack[-1]
+
+
+def _check_deadline(token: "Token", transformer: Any) -> None:
+    """check_deadline(), the error located at ``token`` (with the transformer's position())."""
+    try:
+        check_deadline()
+    except Exception as exc:
+        locate = getattr(exc, "_locate", None)
+        position = getattr(transformer, "position", None)
+        if locate is not None and position is not None:
+            locate(*position(token[2]))
+        raise
 
 
 def _compile_trace(tables: Tables, trace: List[int]) -> List[Any]:

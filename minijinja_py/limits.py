@@ -208,59 +208,63 @@ def materialise(value: Any) -> list:
     return list(value)
 
 
-def _walk_nested(value: Any, kinds: Any, what: str) -> None:
+def _walk_nested(value: Any, kinds: Any, what: str, depth_is_fatal: bool) -> None:
     """Refuse ``value`` when a C routine recursing through it could crash or run unbounded.
 
     Hashing a tuple and comparing lists, tuples and dicts recurse in C through the containers
-    they hold (``kinds``), with no way to interrupt them: a chain nested hundreds of thousands
-    deep crashes the process, and a container holding the same sub-container twice at every
-    level (``[a, a]``, repeated) takes exponential time. So such values may nest at most
-    ``max_recursion`` deep and hold at most ``max_collection_size`` items counted along every
-    path (what the C routine visits). The walk goes level by level; each level holds the
-    distinct containers at that distance with the number of paths reaching them, so shared
-    parts are not walked twice per level; every container visited is charged as work.
+    they hold (``kinds``), with no way to interrupt them. Hashing has no recursion check at all:
+    a tuple chain nested hundreds of thousands deep crashes the process, so with
+    ``depth_is_fatal`` nesting deeper than ``max_recursion`` is refused. Comparing stops at
+    Python's recursion limit with a RecursionError (a clean error), but a container holding the
+    same sub-container twice at every level (``[a, a]``, repeated; or a cycle through itself
+    twice) takes exponential time before it gets there. So in both cases the items the routine
+    would visit, counted along every path down to where it would stop, may be at most
+    ``max_collection_size``. The walk goes level by level; each level holds the distinct
+    containers at that distance with the number of paths reaching them, so shared parts are
+    walked once per level; every container visited is charged as work.
     """
     limits = current_limits()
+    deepest = limits.max_recursion if depth_is_fatal else sys.getrecursionlimit()
     level = {id(value): (value, 1)}
     depth = 1
     visited = 0
     reached = len(value)  # items the C routine visits, over every path
-    while True:
-        below: dict = {}
-        for outer, paths in level.values():
-            for item in (outer.values() if isinstance(outer, dict) else outer):
-                if isinstance(item, kinds):
-                    key = id(item)
-                    seen = below.get(key)
-                    below[key] = (item, paths + (seen[1] if seen is not None else 0))
-        visited += len(level)
-        if not below:
-            break
-        depth += 1
-        if depth > limits.max_recursion:
-            charge(visited)
-            raise limits.exceeded("max_recursion",
-                                  f"{what} nested more than {limits.max_recursion:,} deep refused")
-        reached += sum(len(item) * paths for item, paths in below.values())
-        if reached > limits.max_collection_size:
-            charge(visited)
-            raise limits.exceeded(
-                "max_collection_size", f"{what} holding more than "
-                f"{limits.max_collection_size:,} items along its paths refused")
-        level = below
-    charge(visited)
+    try:
+        while depth < deepest or depth_is_fatal:
+            below: dict = {}
+            for outer, paths in level.values():
+                for item in (outer.values() if isinstance(outer, dict) else outer):
+                    if isinstance(item, kinds):
+                        key = id(item)
+                        seen = below.get(key)
+                        below[key] = (item, paths + (seen[1] if seen is not None else 0))
+            visited += len(level)
+            if not below:
+                return
+            depth += 1
+            if depth > deepest:
+                raise limits.exceeded("max_recursion",
+                                      f"{what} nested more than {deepest:,} deep refused")
+            reached += sum(len(item) * paths for item, paths in below.values())
+            if reached > limits.max_collection_size:
+                raise limits.exceeded(
+                    "max_collection_size", f"{what} holding more than "
+                    f"{limits.max_collection_size:,} items along its paths refused")
+            level = below
+    finally:
+        charge(visited)
 
 
 def check_tuple_depth(value: tuple) -> None:
     """Before a template keeps a tuple: bound what hashing it would recurse through (tuples
     in tuples; a list or dict stops the recursion, they are not hashable). See _walk_nested."""
-    _walk_nested(value, tuple, "a tuple of tuples")
+    _walk_nested(value, tuple, "a tuple of tuples", True)
 
 
 def check_comparable(value: Any) -> None:
     """Before ``==``, ``<`` or ``in`` compares containers: bound what the comparison would
     recurse through (lists, tuples and dicts in one another). See _walk_nested."""
-    _walk_nested(value, (list, tuple, dict), "a container to compare")
+    _walk_nested(value, (list, tuple, dict), "a container to compare", False)
 
 
 def check_stored_tuples(args: Any, kwargs: Any) -> None:

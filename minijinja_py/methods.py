@@ -15,7 +15,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from .limits import check_collection_size, check_repeat_size, check_string_size
+from .exceptions import SecurityError
+from .limits import charge, check_collection_size, check_repeat_size, check_string_size
 
 try:  # CPython's helper that string.Formatter uses to split "a.b[c]"
     from _string import formatter_field_name_split
@@ -48,19 +49,32 @@ def _formatter_class(escaping: bool) -> Any:
                        else self.sandbox.getitem(obj, key))
             return obj, first
 
+        def convert_field(self, value: Any, conversion: Any) -> Any:
+            if (conversion == "r" or conversion == "a") and isinstance(value, str):
+                from .filters import _escaped_size
+
+                # a repr escapes control characters: up to ten times longer
+                check_string_size(self.built + _escaped_size(
+                    value, "repr" if conversion == "r" else "ascii"))
+            elif conversion is not None:
+                from .filters import check_str_size
+
+                check_str_size(value)
+            return super().convert_field(value, conversion)
+
         def format_field(self, value: Any, format_spec: str) -> Any:
             _check_format_spec(format_spec)
-            if type(value) in (list, tuple, dict):
+            if not isinstance(value, str):
                 from .filters import check_str_size
 
                 check_str_size(value)  # printing it may be far larger than it is in memory
             result = format(value, format_spec)
-            self.built += len(result)
-            check_string_size(self.built)
             if escaping:  # Markup.format: every substituted value is HTML-escaped
                 from .markup import escape
 
-                result = escape(result)
+                result = escape(result)  # refuses an escaped piece over the limit itself
+            self.built += len(result)
+            check_string_size(self.built)
             return result
 
     _FORMATTERS[escaping] = SandboxedFormatter
@@ -68,19 +82,36 @@ def _formatter_class(escaping: bool) -> Any:
 
 
 def _check_format_spec(spec: str) -> None:
-    digits = ""
+    """Refuse a format spec whose width or precision would build a huge string.
+
+    Every run of digits counts (a digit may also be the fill character, as in ``0>9999999``,
+    or the precision after the width): their sum bounds what the field can add.
+    """
+    if len(spec) < 4:
+        return
+    total = 0
+    digits = 0
     for char in spec:
-        if char.isdigit():
-            digits += char
+        if char.isdecimal():  # any Unicode decimal digit counts in a format spec
+            digits = digits * 10 + int(char) if digits < 10 ** 12 else digits
         elif digits:
-            break
-    if digits and len(digits) > 3:
-        check_string_size(int(digits[:12]) if len(digits) <= 12 else 10 ** 12)
+            total += digits
+            digits = 0
+    total += digits
+    if total > 999:
+        check_string_size(total)
+
+
+#: Steps per replacement field of ``str.format``: string.Formatter parses and formats every
+#: field in Python (about two microseconds; the rest of the work is charged by its size).
+FORMAT_FIELD_STEPS = 25
 
 
 def _str_format(value: str, *args: Any, **kwargs: Any) -> str:
     from .markup import Markup
     from .sandbox import current_sandbox
+
+    charge(value.count("{") * FORMAT_FIELD_STEPS)
 
     if isinstance(value, Markup):
         return Markup(_formatter_class(True)(current_sandbox()).vformat(value, args, kwargs))
@@ -102,22 +133,46 @@ def _padded(method: Callable[..., str]) -> Callable[..., str]:
 
 
 def _str_replace(value: str, old: str, new: str, count: int = -1) -> str:
-    if isinstance(old, str) and isinstance(new, str) and len(new) > len(old):
-        occurrences = value.count(old) if old else len(value) + 1
-        if count is not None and count >= 0:
-            occurrences = min(occurrences, count)
-        check_string_size(len(value) + occurrences * (len(new) - len(old)))
+    if isinstance(old, str) and isinstance(new, str):
+        inserted = len(new)
+        if type(value) is not str:
+            from .markup import Markup, escape
+
+            if isinstance(value, Markup):  # Markup.replace inserts the escaped text
+                inserted = len(escape(new))
+        if inserted > len(old):
+            occurrences = value.count(old) if old else len(value) + 1
+            if count is not None and count >= 0:
+                occurrences = min(occurrences, count)
+            check_string_size(len(value) + occurrences * (inserted - len(old)))
     return value.replace(old, new, count)
 
 
 def _str_join(value: str, iterable: Any) -> str:
     items = list(iterable)
     check_collection_size(len(items))
+    if type(value) is not str:
+        from .markup import Markup, escape
+
+        if isinstance(value, Markup):  # Markup.join escapes the items: measure them escaped
+            items = [escape(item) for item in items]
+            charge(len(items))
     if items:
         # the items' own lengths count too (a non-str item fails in join itself)
-        check_string_size(len(value) * (len(items) - 1)
-                          + sum(len(item) for item in items if isinstance(item, str)))
+        try:
+            size = sum(map(len, items))
+        except TypeError:
+            size = sum(len(item) for item in items if isinstance(item, str))
+        check_string_size(len(value) * (len(items) - 1) + size)
+        charge(len(items) >> 2)
     return value.join(items)
+
+
+def _list_extend(value: list, iterable: Any) -> None:
+    """``list.extend`` (mutable sandbox only): ``a.extend(a)`` doubles a list per call."""
+    if hasattr(iterable, "__len__"):
+        check_collection_size(len(value) + len(iterable))
+    value.extend(iterable)
 
 
 def _str_expandtabs(value: str, tabsize: int = 8) -> str:
@@ -139,12 +194,25 @@ _PLAIN_STR_METHODS = (
     "upper", "lower", "title", "capitalize", "swapcase", "casefold", "find", "rfind", "index",
     "rindex", "count", "partition", "rpartition", "removeprefix", "removesuffix", "isalnum",
     "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric",
-    "isprintable", "isspace", "istitle", "isupper", "encode",
+    "isprintable", "isspace", "istitle", "isupper",
 )
 
 STR_METHODS: Dict[str, Callable[..., Any]] = {name: _str_method(name)
                                               for name in _PLAIN_STR_METHODS}
+def _str_encode(value: str, *args: Any, **kwargs: Any) -> Any:
+    """``str.encode`` is refused: bytes are not template values.
+
+    Jinja2 hands out bytes, whose own methods (``center``, ``ljust``, ``*``...) would escape
+    every size limit, and some codecs (``punycode``, ``idna``) take quadratic time. A
+    documented deviation from Jinja2: a SecurityError, whatever the codec.
+    """
+    codec = args[0] if args else kwargs.get("encoding", "utf-8")
+    raise SecurityError(f"str.encode is not available (codec {codec!r}): bytes are not "
+                        "template values")
+
+
 STR_METHODS.update({
+    "encode": _str_encode,
     "format": _str_format,
     "format_map": _str_format_map,
     "replace": _str_replace,
@@ -166,8 +234,8 @@ def _list_method(name: str) -> Callable[..., Any]:
 
 
 LIST_METHODS = {name: _list_method(name) for name in (
-    "index", "count", "copy", "append", "extend", "insert", "pop", "remove", "reverse", "sort",
-    "clear")}
+    "index", "count", "copy", "append", "insert", "pop", "remove", "reverse", "sort", "clear")}
+LIST_METHODS["extend"] = _list_extend
 TUPLE_METHODS = {name: _list_method(name) for name in ("index", "count")}
 DICT_METHODS = {name: _list_method(name) for name in (
     "get", "items", "keys", "values", "copy", "update", "pop", "popitem", "setdefault", "clear")}

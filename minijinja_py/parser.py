@@ -1,14 +1,17 @@
-"""Parser: scanner segments -> AST, using the Lark grammar for every tag's interior.
+"""Parser: scanner segments -> AST, using the grammar's LALR tables for every tag's interior.
 
 Second step of the flow. Each ``{{ }}`` tag is parsed with the grammar's ``print_tag`` start
-symbol and each ``{% %}`` tag with the start symbol of its statement; the tokens come from the
-scanner through a custom Lark lexer, so Lark never re-lexes anything. A Lark ``Transformer``
-maps grammar rules straight onto :mod:`nodes` classes during the LALR parse; a node takes the
-position of its first token. Statements are then nested by a block assembler driven by the
-``_BLOCKS`` table (opener -> middles and closer), which produces Jinja2's nesting messages
-("Encountered unknown tag 'endfor'. Jinja was looking for ...") from its stack.
+symbol and each ``{% %}`` tag with the start symbol of its statement, by the table driver of
+:mod:`lalr` over the scanner's tokens, ``(type, text, offset)`` tuples taken as they are. A
+transformer (:class:`ToAst`, one per parse) maps grammar rules straight onto :mod:`nodes`
+classes during the parse; a node takes the position of its first token, worked out from the
+token's offset. Statements are then nested by a block assembler driven by the ``_BLOCKS`` table
+(opener -> middles and closer), which produces Jinja2's nesting messages ("Encountered unknown
+tag 'endfor'. Jinja was looking for ...") from its stack.
 
-Lark is imported here only, on the first parse.
+Parsing is bounded: the scanner, the driver and the assembler look at the parse deadline
+(``Limits.max_seconds``) every thousand tokens or tags, and an operator chain nested deeper
+than the depth check allows is refused as soon as it is (see :class:`ToAst`).
 """
 
 from __future__ import annotations
@@ -18,52 +21,30 @@ import warnings
 from bisect import bisect_right as _bisect_right
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict, Iterator, List, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 from . import lalr
 from . import nodes as n
-from .exceptions import TemplateSyntaxError
-from .scanner import BLOCK, DATA, LineIndex, Segment, scan
+from .nodes import GC_PAUSE_SOURCE, PausedGC
+from .exceptions import LimitExceededError, TemplateSyntaxError
+from .limits import check_deadline
+from .scanner import BLOCK, DATA, DEADLINE_EVERY, LineIndex, Segment, scan
 
 DEFAULT_MAX_NESTING = 128
 START_SYMBOLS = ["print_tag", "expr_tag", "for_tag", "set_tag", "macro_tag", "signature_tag",
                   "filter_tag", "with_tag"]
 
-_TOKEN_NAMES = {
-    "$END": None, "NAME": "name", "STRING": "string", "INT": "integer", "FLOAT": "float",
-}
+# A token of a tag's interior is the scanner's tuple (type, text, offset in the normalised
+# source): the LALR driver and the transformer take them as they are (making an object per
+# token cost more than the rest of reading it). Nodes get their line and column from the
+# offset of their token, through the parse's :func:`_position_function`.
+if TYPE_CHECKING:  # pragma: no cover
+    Token = Tuple[str, str, int]
 
-
-class Token(str):
-    """A token of a tag's interior: its text, plus ``type``, ``line`` and ``column``.
-
-    A str subclass, as Lark's Token is, so the same transformer also runs under Lark.
-    """
-
-    # Lark reads these when it drives the parse (tests compare with Lark's own parser).
-    start_pos = end_pos = end_line = end_column = None
-
-    def __new__(cls, kind: str, value: str, line: int, column: int) -> "Token":
-        token = str.__new__(cls, value)
-        token.type = kind
-        token.line = line
-        token.column = column
-        return token
-
-    @property
-    def value(self) -> str:
-        return str(self)
-
-    def __repr__(self) -> str:
-        return f"Token({self.type!r}, {str(self)!r})"
-
-
-_str_new = str.__new__
 _NO_OFFSET = float("inf")
 
 _tables: Any = None
 _tables_lock = _thread.allocate_lock()
-_parse_state = _thread._local()
 
 
 def get_tables() -> Any:
@@ -74,6 +55,25 @@ def get_tables() -> Any:
             if _tables is None:
                 _tables = lalr.load_tables(START_SYMBOLS)
     return _tables
+
+
+def _position_function(starts: List[int]) -> Any:
+    """``position(offset) -> (line, column)`` over the line starts of a source. The tokens of a
+    tag mostly share a line, so the line is only looked up again past its ends."""
+    last_line = len(starts)
+    line = 1
+    line_start = 0
+    next_start = starts[1] if last_line > 1 else _NO_OFFSET
+
+    def position(offset: int) -> Tuple[int, int]:
+        nonlocal line, line_start, next_start
+        if offset >= next_start or offset < line_start:
+            line = _bisect_right(starts, offset)
+            line_start = starts[line - 1]
+            next_start = starts[line] if line < last_line else _NO_OFFSET
+        return line, offset - line_start + 1
+
+    return position
 
 
 # ---- the transformer ------------------------------------------------------------------------
@@ -94,23 +94,9 @@ _CONSTANT_NAMES = {"true": True, "True": True, "false": False, "False": False,
                    "none": None, "None": None}
 
 
-def _pos(item: Any) -> Tuple[int, int]:
-    if isinstance(item, n.Node):
-        return item.lineno, item.column
-    return getattr(item, "line", 0), getattr(item, "column", 0)
-
-
-def _nodes_only(children: list) -> list:
-    return [c for c in children if isinstance(c, (n.Node, CallArgs, list, tuple))]
-
-
-def _syntax_error(message: str, at: Any) -> TemplateSyntaxError:
-    line, column = _pos(at)
-    return TemplateSyntaxError(message, line, column)
-
-
-def unescape_string(literal: str, at: Any = None) -> str:
-    """Decode a quoted string literal the way Jinja2 does (Python escapes; unknown kept)."""
+def unescape_string(literal: str, at: Optional[Tuple[int, int]] = None) -> str:
+    """Decode a quoted string literal the way Jinja2 does (Python escapes; unknown kept).
+    ``at`` is the (line, column) a malformed escape is reported at."""
     body = literal[1:-1]
     if "\\" not in body:
         return body
@@ -120,332 +106,403 @@ def unescape_string(literal: str, at: Any = None) -> str:
             warnings.simplefilter("ignore", DeprecationWarning)
             return body.encode("ascii", "backslashreplace").decode("unicode-escape")
     except Exception as exc:  # noqa: BLE001 - any codec complaint is a syntax error
-        raise _syntax_error(str(exc).split(":")[-1].strip(), at) from None
+        line, column = at if at is not None else (None, None)
+        raise TemplateSyntaxError(str(exc).split(":")[-1].strip(), line, column) from None
 
 
-def _build_transformer() -> Any:
-    def is_tok(item: Any, kind: str) -> bool:
-        return isinstance(item, Token) and item.type == kind
+_LONG_INT = 4300  # characters: shorter integer literals always convert (Python's default limit)
+_UNLIMITED_INT_DIGITS = 100_000  # the most decimal digits converted when Python sets no limit
 
-    def at(node: n.Node, item: Any) -> n.Node:
-        if type(item) is Token:
-            node.lineno = item.line
+
+def _int_literal(text: str) -> int:
+    """The value of an INT token's text. A decimal literal longer than Python converts (its
+    int-string conversion limit, ``sys.get_int_max_str_digits()``, 4,300 digits by default)
+    raises ValueError with the message of the syntax error (Jinja2 lets int()'s escape)."""
+    text = text.replace("_", "")
+    if len(text) > _LONG_INT and text[:2].lower() not in ("0x", "0o", "0b"):
+        import sys
+
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or _UNLIMITED_INT_DIGITS
+        digits = len(text.lstrip("0")) or 1
+        if digits > limit:
+            raise ValueError(f"integer literal of {digits:,} digits refused: integers are "
+                             f"converted from at most {limit:,} digits")
+    return int(text, 0)
+
+
+def _is_tok(item: Any, kind: str) -> bool:
+    return isinstance(item, tuple) and item[0] == kind
+
+
+def _chain_filters(items: list) -> Optional[n.Node]:
+    node: Optional[n.Node] = None
+    for name, args in items:
+        node = n.Filter(node, name, args.args, args.kwargs, args.dyn_args, args.dyn_kwargs)
+    return node
+
+
+_Const, _Name, _Getattr, _Getitem, _BinOp = n.Const, n.Name, n.Getattr, n.Getitem, n.BinOp
+
+
+class ToAst:
+    """Grammar rule (or alias) name -> AST node; called by the LALR driver with the rule's
+    children: nodes, tokens (scanner tuples) and what other methods returned. One per parse:
+    it holds the parse's ``position`` function and the tag's parenthesized nodes."""
+
+    __slots__ = ("position", "parenthesized", "max_nesting", "chain_limit", "chain_end",
+                 "chain_length", "max_stack", "lalr_callbacks")
+
+    def __init__(self, position: Any, max_nesting: int = DEFAULT_MAX_NESTING,
+                 max_rule_size: int = 6) -> None:
+        self.position = position
+        # ids of nodes written in parentheses, in the tag being parsed: `(x is a) is b` is
+        # allowed, `x is a is b` is not
+        self.parenthesized: set = set()
+        # Operator chains (`a.b.c...`, `1 + 1 + ...`, `x|f|f...`, `- - 1`) nest one level per
+        # operator without brackets. The parser's depth check refuses an AST deeper than
+        # 4 * max_nesting once it is built; a chain longer than that is refused as soon as it
+        # is, so that a megabyte of `.b` costs no more than reading it: `chain_length` nodes,
+        # each the child of the next, end with `chain_end`.
+        self.max_nesting = max_nesting
+        self.chain_limit = 4 * max_nesting
+        self.chain_end: Any = None
+        self.chain_length = 0
+        # The LALR stack holds fewer than max_rule_size symbols per level of the tree being
+        # built; a level is a node, or one of a few rules per level of brackets (at most
+        # max_nesting, see the scanner). A deeper stack therefore means an AST deeper than
+        # the depth check allows (twice over, for the margin): refused as the stack grows,
+        # before a right-nested chain (`- - - ... 1`, `not not ...`) is even reduced.
+        self.max_stack = 2 * max_rule_size * (8 * max_nesting + 4)
+        self.lalr_callbacks: Any = None  # the driver's bound methods (lalr.Tables.callbacks)
+
+    # -- helpers --------------------------------------------------------------------------
+    def chain(self, node: n.Node, child: Any) -> n.Node:
+        """``node``, whose child is ``child``: counts the chain of nodes it ends."""
+        if child is self.chain_end:
+            self.chain_length += 1
+            if self.chain_length > self.chain_limit:
+                raise self.too_deep(node)
+        else:
+            self.chain_length = 1
+        self.chain_end = node
+        return node
+
+    def too_deep(self, item: Any) -> Exception:
+        """The error for an expression nested deeper than the limits allow, at ``item``."""
+        if isinstance(item, n.Node):
+            line, column = item.lineno, item.column
+        else:
+            line, column = self.position(item[2])
+        return _nesting_error(self.max_nesting, "expression or block nesting", line, column,
+                              None, None)
+
+    # -- helpers --------------------------------------------------------------------------
+    def at(self, node: n.Node, item: Any) -> n.Node:
+        """``node`` positioned at ``item`` (a token or a node)."""
+        if isinstance(item, n.Node):
+            node.lineno = item.lineno
             node.column = item.column
         else:
-            node.lineno, node.column = _pos(item)
+            node.lineno, node.column = self.position(item[2])
         return node
 
-    Const, Name, Getattr, Getitem, BinOp = n.Const, n.Name, n.Getattr, n.Getitem, n.BinOp
-    int_ = int
+    def error(self, message: str, item: Any) -> TemplateSyntaxError:
+        """A syntax error located at ``item`` (a token or a node)."""
+        if isinstance(item, n.Node):
+            return TemplateSyntaxError(message, item.lineno, item.column)
+        return TemplateSyntaxError(message, *self.position(item[2]))
 
-    class ToAst:
-        """Grammar rule (or alias) name -> AST node; called by the LALR driver."""
+    def int_value(self, token: Any) -> int:
+        try:
+            return _int_literal(token[1])
+        except ValueError as exc:
+            raise self.error(str(exc), token) from None
 
-        @property
-        def parenthesized(self) -> set:
-            # ids of nodes written in parentheses, for the tag being parsed in this thread:
-            # `(x is a) is b` is allowed, `x is a is b` is not.
-            return _parse_state.parenthesized
-        # -- start symbols --------------------------------------------------------------
-        def print_tag(self, c):
-            return c[0]
+    # -- start symbols --------------------------------------------------------------------
+    def print_tag(self, c):
+        return c[0]
 
-        expr_tag = print_tag
+    expr_tag = print_tag
 
-        def for_tag(self, c):
-            target, iterable = c[0], c[2]
-            test = None
-            recursive = False
-            rest = c[3:]
-            if rest and is_tok(rest[0], "IF"):
-                test = rest[1]
-                rest = rest[2:]
-            if rest:
-                if rest[0] != "recursive":
-                    raise _syntax_error(f"expected 'recursive', got {str(rest[0])!r}", rest[0])
-                recursive = True
-            return ("for", target, iterable, test, recursive)
+    def for_tag(self, c):
+        target, iterable = c[0], c[2]
+        test = None
+        recursive = False
+        rest = c[3:]
+        if rest and _is_tok(rest[0], "IF"):
+            test = rest[1]
+            rest = rest[2:]
+        if rest:
+            if rest[0][1] != "recursive":
+                raise self.error(f"expected 'recursive', got {rest[0][1]!r}", rest[0])
+            recursive = True
+        return ("for", target, iterable, test, recursive)
 
-        def set_assign(self, c):
-            return ("assign", c[0], c[2])
+    def set_assign(self, c):
+        return ("assign", c[0], c[2])
 
-        def set_block(self, c):
-            if isinstance(c[0], n.TupleTarget):
-                raise _syntax_error("a block assignment takes one name", c[0])
-            return ("block", c[0], _chain_filters(c[1:]))
+    def set_block(self, c):
+        if isinstance(c[0], n.TupleTarget):
+            raise self.error("a block assignment takes one name", c[0])
+        return ("block", c[0], _chain_filters(c[1:]))
 
-        def macro_tag(self, c):
-            params = c[2] if isinstance(c[2], list) else []
-            return (str(c[0]), params)
+    def macro_tag(self, c):
+        params = c[2] if isinstance(c[2], list) else []
+        return (c[0][1], params)
 
-        def signature_tag(self, c):
-            return c[1] if isinstance(c[1], list) else []
+    def signature_tag(self, c):
+        return c[1] if isinstance(c[1], list) else []
 
-        def filter_tag(self, c):
-            return _chain_filters(c)
+    def filter_tag(self, c):
+        return _chain_filters(c)
 
-        def with_tag(self, c):
-            return [item for item in c if isinstance(item, tuple)]
+    def with_tag(self, c):
+        return c[::2]  # with_assign (COMMA with_assign)* [COMMA]
 
-        # -- statement pieces -----------------------------------------------------------
-        def target(self, c):
-            return c[0]
+    # -- statement pieces -----------------------------------------------------------------
+    def target(self, c):
+        return c[0]
 
-        def target_tuple(self, c):
-            items = [item for item in c if isinstance(item, n.Node)]
-            return at(n.TupleTarget(items), c[0])
+    def target_tuple(self, c):
+        items = [item for item in c if isinstance(item, n.Node)]
+        return self.at(n.TupleTarget(items), c[0])
 
-        def target_paren(self, c):
-            return c[1]
+    def target_paren(self, c):
+        return c[1]
 
-        def target_name(self, c):
-            return at(n.NameTarget(str(c[0])), c[0])
+    def target_name(self, c):
+        return self.at(n.NameTarget(c[0][1]), c[0])
 
-        def target_nsref(self, c):
-            return at(n.NSRef(str(c[0]), str(c[2])), c[0])
+    def target_nsref(self, c):
+        return self.at(n.NSRef(c[0][1], c[2][1]), c[0])
 
-        def params(self, c):
-            params = [item for item in c if isinstance(item, tuple)]
-            seen_default = False
-            for name, default, token in params:
-                if default is not None:
-                    seen_default = True
-                elif seen_default:
-                    raise _syntax_error("non-default argument follows default argument", token)
-            return [(name, default) for name, default, _ in params]
+    def params(self, c):
+        params = c[::2]  # param (COMMA param)* [COMMA]
+        seen_default = False
+        for name, default, token in params:
+            if default is not None:
+                seen_default = True
+            elif seen_default:
+                raise self.error("non-default argument follows default argument", token)
+        return [(name, default) for name, default, _ in params]
 
-        def param(self, c):
-            return (str(c[0]), c[2] if len(c) > 2 else None, c[0])
+    def param(self, c):
+        return (c[0][1], c[2] if len(c) > 2 else None, c[0])
 
-        def with_assign(self, c):
-            return (c[0], c[2])
+    def with_assign(self, c):
+        return (c[0], c[2])
 
-        def filter_head(self, c):
-            return (c[0], c[1] if len(c) > 1 else _NO_ARGS)
+    def filter_head(self, c):
+        return (c[0], c[1] if len(c) > 1 else _NO_ARGS)
 
-        def filter_item(self, c):
-            return (c[1], c[2] if len(c) > 2 else _NO_ARGS)
+    def filter_item(self, c):
+        return (c[1], c[2] if len(c) > 2 else _NO_ARGS)
 
-        # -- expressions ----------------------------------------------------------------
-        def tuple(self, c):
-            return at(n.TupleLit([item for item in c if isinstance(item, n.Node)]), c[0])
+    # -- expressions ----------------------------------------------------------------------
+    def tuple(self, c):
+        return self.at(n.TupleLit([item for item in c if isinstance(item, n.Node)]), c[0])
 
-        def paren(self, c):
-            self.parenthesized.add(id(c[1]))
-            return c[1]
+    def paren(self, c):
+        self.parenthesized.add(id(c[1]))
+        return c[1]
 
-        def empty_tuple(self, c):
-            return at(n.TupleLit([]), c[0])
+    def empty_tuple(self, c):
+        return self.at(n.TupleLit([]), c[0])
 
-        def condexpr(self, c):
-            expr2 = c[4] if len(c) > 4 else None
-            return at(n.CondExpr(c[2], c[0], expr2), c[1])
+    def condexpr(self, c):
+        expr2 = c[4] if len(c) > 4 else None
+        node = self.at(n.CondExpr(c[2], c[0], expr2), c[1])
+        return self.chain(node, c[0] if expr2 is None or c[0] is self.chain_end else expr2)
 
-        def or_op(self, c):
-            return at(n.Or(c[0], c[2]), c[1])
+    def or_op(self, c):
+        return self.chain(self.at(n.Or(c[0], c[2]), c[1]), c[0])
 
-        def and_op(self, c):
-            return at(n.And(c[0], c[2]), c[1])
+    def and_op(self, c):
+        return self.chain(self.at(n.And(c[0], c[2]), c[1]), c[0])
 
-        def not_op(self, c):
-            return at(n.Not(c[1]), c[0])
+    def not_op(self, c):
+        return self.chain(self.at(n.Not(c[1]), c[0]), c[1])
 
-        def compare(self, c):
-            # positioned at the first operator: `a < b` fails "at" the `<`
-            node = at(n.Compare(c[0], [(op, right) for op, right, _ in c[1:]]), c[1][2])
-            return node
+    def compare(self, c):
+        # positioned at the first operator: `a < b` fails "at" the `<`
+        return self.at(n.Compare(c[0], [(op, right) for op, right, _ in c[1:]]), c[1][2])
 
-        def comparison(self, c):
-            op, token = c[0]
-            return (op, c[1], token)
+    def comparison(self, c):
+        op, token = c[0]
+        return (op, c[1], token)
 
-        def comp_op(self, c):
-            if len(c) == 2:
-                return ("notin", c[0])
-            return (str(c[0]) if c[0].type != "IN" else "in", c[0])
+    def comp_op(self, c):
+        if len(c) == 2:
+            return ("notin", c[0])
+        token = c[0]
+        return (token[1] if token[0] != "IN" else "in", token)
 
-        def binop(self, c):
-            op = c[1]
-            node = BinOp(str(op), c[0], c[2])
-            node.lineno = op.line
-            node.column = op.column
-            return node
+    def binop(self, c):
+        op = c[1]
+        node = _BinOp(op[1], c[0], c[2])
+        node.lineno, node.column = self.position(op[2])
+        return self.chain(node, c[0])
 
-        def concat(self, c):
-            return at(n.Concat([item for item in c if isinstance(item, n.Node)]), c[1])
+    def concat(self, c):
+        return self.at(n.Concat([item for item in c if isinstance(item, n.Node)]), c[1])
 
-        def filter(self, c):
-            args = c[3] if len(c) > 3 else _NO_ARGS
-            return at(n.Filter(c[0], c[2], args.args, args.kwargs, args.dyn_args, args.dyn_kwargs),
-                      c[1])
+    def filter(self, c):
+        args = c[3] if len(c) > 3 else _NO_ARGS
+        return self.chain(self.at(n.Filter(c[0], c[2], args.args, args.kwargs, args.dyn_args,
+                                           args.dyn_kwargs), c[1]), c[0])
 
-        def test(self, c):
-            node = c[0]
-            if (isinstance(node, n.Test) and not node.args and not node.kwargs
-                    and id(node) not in self.parenthesized):
-                raise _syntax_error("You cannot chain multiple tests with is", c[1])
-            rest = c[2:]
-            negated = False
-            if rest and is_tok(rest[0], "NOT"):
-                negated = True
-                rest = rest[1:]
-            name = rest[0]
-            args = _NO_ARGS
-            if len(rest) > 1:
-                arg = rest[1]
-                args = arg if isinstance(arg, CallArgs) else CallArgs([arg], [], None, None)
-            return at(n.Test(node, name, args.args, args.kwargs, args.dyn_args, args.dyn_kwargs,
-                             negated), c[1])
+    def test(self, c):
+        node = c[0]
+        if (isinstance(node, n.Test) and not node.args and not node.kwargs
+                and id(node) not in self.parenthesized):
+            raise self.error("You cannot chain multiple tests with is", c[1])
+        rest = c[2:]
+        negated = False
+        if rest and _is_tok(rest[0], "NOT"):
+            negated = True
+            rest = rest[1:]
+        name = rest[0]
+        args = _NO_ARGS
+        if len(rest) > 1:
+            arg = rest[1]
+            args = arg if isinstance(arg, CallArgs) else CallArgs([arg], [], None, None)
+        return self.chain(self.at(n.Test(node, name, args.args, args.kwargs, args.dyn_args,
+                                         args.dyn_kwargs, negated), c[1]), node)
 
-        def neg(self, c):
-            return at(n.Neg(c[1]), c[0])
+    def neg(self, c):
+        return self.chain(self.at(n.Neg(c[1]), c[0]), c[1])
 
-        def pos(self, c):
-            return at(n.Pos(c[1]), c[0])
+    def pos(self, c):
+        return self.chain(self.at(n.Pos(c[1]), c[0]), c[1])
 
-        def getattr(self, c):
-            token = c[2]
-            if token.type == "INT":
-                return at(n.Getitem(c[0], at(n.Const(_int_value(token)), token)), c[1])
-            node = Getattr(c[0], str(token))
-            dot = c[1]
-            node.lineno = dot.line
-            node.column = dot.column
-            return node
+    def getattr(self, c):
+        token = c[2]
+        if token[0] == "INT":
+            index = self.at(_Const(self.int_value(token)), token)
+            return self.chain(self.at(_Getitem(c[0], index), c[1]), c[0])
+        node = _Getattr(c[0], token[1])
+        node.lineno, node.column = self.position(c[1][2])
+        return self.chain(node, c[0])
 
-        def getitem(self, c):
-            subscripts = c[2]
-            bracket = c[1]
-            arg = subscripts[0] if len(subscripts) == 1 else at(n.TupleLit(subscripts), bracket)
-            node = Getitem(c[0], arg)
-            node.lineno = bracket.line
-            node.column = bracket.column
-            return node
+    def getitem(self, c):
+        subscripts = c[2]
+        bracket = c[1]
+        arg = (subscripts[0] if len(subscripts) == 1
+               else self.at(n.TupleLit(subscripts), bracket))
+        node = _Getitem(c[0], arg)
+        node.lineno, node.column = self.position(bracket[2])
+        return self.chain(node, c[0])
 
-        def getitem_empty(self, c):
-            return at(n.Getitem(c[0], at(n.TupleLit([]), c[1])), c[1])
+    def getitem_empty(self, c):
+        return self.chain(self.at(_Getitem(c[0], self.at(n.TupleLit([]), c[1])), c[1]), c[0])
 
-        def subscripts(self, c):
-            return [item for item in c if isinstance(item, n.Node)]
+    def subscripts(self, c):
+        return [item for item in c if isinstance(item, n.Node)]
 
-        def slice(self, c):
-            parts: List[Optional[n.Node]] = [None, None, None]
-            index = 0
-            for item in c:
-                if is_tok(item, "COLON"):
-                    index += 1
-                else:
-                    parts[index] = item
-            first = c[0]
-            return at(n.Slice(*parts), first)
-
-        def call(self, c):
-            args = c[1]
-            return at(n.Call(c[0], args.args, args.kwargs, args.dyn_args, args.dyn_kwargs), c[0])
-
-        def call_args(self, c):
-            args, kwargs = [], []
-            dyn_args = dyn_kwargs = None
-            for item in c:
-                if not isinstance(item, tuple):
-                    continue
-                kind, value, token = item
-                # Jinja2's order: positional, keyword, *args, **kwargs.
-                if kind == "positional":
-                    if kwargs or dyn_args is not None or dyn_kwargs is not None:
-                        raise _syntax_error("invalid syntax for function call expression", token)
-                    args.append(value)
-                elif kind == "keyword":
-                    if dyn_kwargs is not None:
-                        raise _syntax_error("invalid syntax for function call expression", token)
-                    kwargs.append(value)
-                elif kind == "star":
-                    if dyn_args is not None or dyn_kwargs is not None:
-                        raise _syntax_error("invalid syntax for function call expression", token)
-                    dyn_args = value
-                else:
-                    if dyn_kwargs is not None:
-                        raise _syntax_error("invalid syntax for function call expression", token)
-                    dyn_kwargs = value
-            return CallArgs(args, kwargs, dyn_args, dyn_kwargs)
-
-        def positional_arg(self, c):
-            return ("positional", c[0], c[0])
-
-        def keyword_arg(self, c):
-            return ("keyword", (str(c[0]), c[2]), c[0])
-
-        def star_arg(self, c):
-            return ("star", c[1], c[0])
-
-        def starstar_arg(self, c):
-            return ("starstar", c[1], c[0])
-
-        def filter_name(self, c):
-            return ".".join(str(item) for item in c if is_tok(item, "NAME"))
-
-        def test_name(self, c):
-            return ".".join(str(item) for item in c if not is_tok(item, "DOT"))
-
-        def attr_name(self, c):
-            return c[0]
-
-        keyword_name = attr_name
-
-        def name(self, c):
-            token = c[0]
-            value = str(token)
-            if value in _CONSTANT_NAMES:
-                node = Const(_CONSTANT_NAMES[value])
+    def slice(self, c):
+        parts: List[Optional[n.Node]] = [None, None, None]
+        index = 0
+        for item in c:
+            if _is_tok(item, "COLON"):
+                index += 1
             else:
-                node = Name(value)
-            node.lineno = token.line  # at(node, token), inlined in the commonest rules
-            node.column = token.column
-            return node
+                parts[index] = item
+        return self.at(n.Slice(*parts), c[0])
 
-        def string(self, c):
-            token = c[0]
-            if len(c) == 1:
-                value = unescape_string(str(token), token)
+    def call(self, c):
+        args = c[1]
+        return self.chain(self.at(n.Call(c[0], args.args, args.kwargs, args.dyn_args,
+                                         args.dyn_kwargs), c[0]), c[0])
+
+    def call_args(self, c):
+        args, kwargs = [], []
+        dyn_args = dyn_kwargs = None
+        for kind, value, token in c[1:-1:2]:  # LPAR [argument (COMMA argument)* [COMMA]] RPAR
+            # Jinja2's order: positional, keyword, *args, **kwargs.
+            if kind == "positional":
+                if kwargs or dyn_args is not None or dyn_kwargs is not None:
+                    raise self.error("invalid syntax for function call expression", token)
+                args.append(value)
+            elif kind == "keyword":
+                if dyn_kwargs is not None:
+                    raise self.error("invalid syntax for function call expression", token)
+                kwargs.append(value)
+            elif kind == "star":
+                if dyn_args is not None or dyn_kwargs is not None:
+                    raise self.error("invalid syntax for function call expression", token)
+                dyn_args = value
             else:
-                value = "".join(unescape_string(str(t), t) for t in c)
-            node = Const(value)
-            node.lineno = token.line
-            node.column = token.column
-            return node
+                if dyn_kwargs is not None:
+                    raise self.error("invalid syntax for function call expression", token)
+                dyn_kwargs = value
+        return CallArgs(args, kwargs, dyn_args, dyn_kwargs)
 
-        def int(self, c):
-            token = c[0]
-            node = Const(int_(str(token).replace("_", ""), 0))  # _int_value(token)
-            node.lineno = token.line
-            node.column = token.column
-            return node
+    def positional_arg(self, c):
+        return ("positional", c[0], c[0])
 
-        def float(self, c):
-            return at(n.Const(float(str(c[0]).replace("_", ""))), c[0])
+    def keyword_arg(self, c):
+        return ("keyword", (c[0][1], c[2]), c[0])
 
-        def list_lit(self, c):
-            return at(n.ListLit([item for item in c if isinstance(item, n.Node)]), c[0])
+    def star_arg(self, c):
+        return ("star", c[1], c[0])
 
-        def dict_lit(self, c):
-            return at(n.DictLit([item for item in c if isinstance(item, tuple)]), c[0])
+    def starstar_arg(self, c):
+        return ("starstar", c[1], c[0])
 
-        def pair(self, c):
-            return (c[0], c[2])
+    def filter_name(self, c):
+        return ".".join([item[1] for item in c if item[0] == "NAME"])
 
-    def _chain_filters(items: list) -> Optional[n.Node]:
-        node: Optional[n.Node] = None
-        for name, args in items:
-            filter_node = n.Filter(node, name, args.args, args.kwargs, args.dyn_args,
-                                   args.dyn_kwargs)
-            node = filter_node
+    def test_name(self, c):
+        return ".".join([item[1] for item in c if item[0] != "DOT"])
+
+    def attr_name(self, c):
+        return c[0]
+
+    keyword_name = attr_name
+
+    def name(self, c):
+        token = c[0]
+        value = token[1]
+        if value in _CONSTANT_NAMES:
+            node = _Const(_CONSTANT_NAMES[value])
+        else:
+            node = _Name(value)
+        node.lineno, node.column = self.position(token[2])
         return node
 
-    return ToAst()
+    def string(self, c):
+        token = c[0]
+        position = self.position(token[2])
+        if len(c) == 1:
+            value = unescape_string(token[1], position)
+        else:
+            value = "".join([unescape_string(t[1], self.position(t[2])) for t in c])
+            position = self.position(token[2])
+        node = _Const(value)
+        node.lineno, node.column = position
+        return node
 
+    def int(self, c):
+        token = c[0]
+        text = token[1]
+        if len(text) > _LONG_INT:
+            node = _Const(self.int_value(token))
+        else:
+            node = _Const(int(text.replace("_", ""), 0))
+        node.lineno, node.column = self.position(token[2])
+        return node
 
-def _int_value(token: Any) -> int:
-    return int(str(token).replace("_", ""), 0)
+    def float(self, c):
+        return self.at(_Const(float(c[0][1].replace("_", ""))), c[0])
+
+    def list_lit(self, c):
+        return self.at(n.ListLit([item for item in c if isinstance(item, n.Node)]), c[0])
+
+    def dict_lit(self, c):
+        return self.at(n.DictLit(c[1:-1:2]), c[0])  # LBRACE [pair (COMMA pair)* [COMMA]] RBRACE
+
+    def pair(self, c):
+        return (c[0], c[2])
 
 
 # ---- the block assembler --------------------------------------------------------------------
@@ -505,35 +562,21 @@ class Parser:
         self.tables = get_tables()
         self.max_depth = 1  # the most blocks open at once (+1), and the most levels an
         self.max_tag_depth = 0  # expression of one tag can have: see _check_depth
-        self.parenthesized: set = set()
-        _parse_state.parenthesized = self.parenthesized
+        self.position = _position_function(self.lines.starts)
+        self.transformer = ToAst(self.position, max_nesting, self.tables.max_rule_size)
 
     # -- helpers -------------------------------------------------------------------------
     def error(self, message: str, lineno: int, column: Optional[int]) -> TemplateSyntaxError:
         return TemplateSyntaxError(message, lineno, column, self.name, self.source)
 
-    def iter_tokens(self, tokens: list) -> Iterator[Token]:
-        """``Token(kind, value, *self.lines.position(offset))`` for each scanned token, one at
-        a time (long tags need not hold all their tokens at once). Unrolled: the tokens of a
-        tag mostly share a line, so the line is only looked up again past its end."""
-        starts = self.lines.starts
-        last_line = len(starts)
-        line = line_start = 0
-        next_start = -1
-        for kind, value, offset in tokens:
-            if offset >= next_start or offset < line_start:
-                line = _bisect_right(starts, offset)
-                line_start = starts[line - 1]
-                next_start = starts[line] if line < last_line else _NO_OFFSET
-            token = _str_new(Token, value)
-            token.type = kind
-            token.line = line
-            token.column = offset - line_start + 1
-            yield token
-
-    def make_tokens(self, tokens: list) -> List[Token]:
-        """The tokens of a tag, all at once."""
-        return list(self.iter_tokens(tokens))
+    def check_deadline(self, lineno: Optional[int], column: Optional[int]) -> None:
+        """Raise DeadlineExceededError, located there, if the parse has run too long."""
+        try:
+            check_deadline()
+        except LimitExceededError as exc:
+            exc._locate(lineno or None, column or None)
+            exc._attach_source(self.name, self.source)
+            raise
 
     def parse_tokens(self, tokens: list, start: str, segment: Segment) -> Any:
         """Run the LALR parser over one tag's tokens from the given start symbol."""
@@ -545,30 +588,31 @@ class Parser:
         depth = count if count <= lalr.TRACE_TOKENS else _expression_depth_bound(tokens)
         if depth > self.max_tag_depth:
             self.max_tag_depth = depth
-        parenthesized = self.parenthesized
-        if parenthesized:
-            parenthesized.clear()  # it only ever holds nodes of the tag being parsed
+        transformer = self.transformer
+        if transformer.parenthesized:
+            transformer.parenthesized.clear()  # it only holds nodes of the tag being parsed
         try:
-            feed = (self.make_tokens(tokens) if count <= lalr.TRACE_TOKENS
-                    else self.iter_tokens(tokens))
-            return lalr.parse(self.tables, feed, start, _TRANSFORMER)
+            return lalr.parse(self.tables, tokens, start, transformer)
         except lalr.ParseError as exc:
             what = "print statement" if start == "print_tag" else "statement block"
             token = exc.token
             if token is None:
                 line, column = self.lines.position(segment.end)
                 raise self.error(f"unexpected end of {what}", line, column) from None
-            raise self.error(f"unexpected {str(token)!r}", token.line, token.column) from None
+            raise self.error(f"unexpected {token[1]!r}", *self.position(token[2])) from None
 
     # -- assembly ------------------------------------------------------------------------
     def parse(self) -> n.Template:
         root = _Open("template", None, 1, 1)
         stack: List[_Open] = [root]
-        # ids of nodes written in parentheses, for the tag being parsed in this thread
-        self.parenthesized = _parse_state.parenthesized = set()
         self.max_tag_depth = 0
+        countdown = DEADLINE_EVERY  # segments until the next look at the parse deadline
         try:
             for segment in self.segments:
+                countdown -= 1
+                if not countdown:
+                    countdown = DEADLINE_EVERY
+                    self.check_deadline(*self.lines.position(segment.offset))
                 kind = segment.kind
                 if kind == DATA:
                     self._append_output(stack[-1].body, n.TemplateData(segment.text), segment)
@@ -601,12 +645,17 @@ class Parser:
         # the order that picks the node the error points at
         level: List[n.Node] = [template]
         depth = 0
+        countdown = DEADLINE_EVERY
         while level:
             if depth > limit:
                 break
             below: List[n.Node] = []
             extend = below.extend
             for node in level:
+                countdown -= 1
+                if not countdown:
+                    countdown = DEADLINE_EVERY
+                    self.check_deadline(node.lineno, node.column)
                 extend(node.child_nodes())
             level = below
             depth += 1
@@ -615,6 +664,10 @@ class Parser:
         stack = [(template, 0)]
         while stack:
             node, depth = stack.pop()
+            countdown -= 1
+            if not countdown:
+                countdown = DEADLINE_EVERY
+                self.check_deadline(node.lineno, node.column)
             if depth > limit:
                 raise _nesting_error(self.max_nesting, "expression or block nesting",
                                      node.lineno, node.column, self.name, self.source)
@@ -903,11 +956,12 @@ def parse(source: str, *, name: Optional[str] = None, trim_blocks: bool = False,
           lstrip_blocks: bool = False, keep_trailing_newline: bool = False,
           max_nesting: int = DEFAULT_MAX_NESTING) -> n.Template:
     """Parse ``source`` into an AST; raises :class:`TemplateSyntaxError`."""
-    parser = Parser(source, name=name, trim_blocks=trim_blocks, lstrip_blocks=lstrip_blocks,
-                    keep_trailing_newline=keep_trailing_newline, max_nesting=max_nesting)
-    return parser.parse()
+    with PausedGC(len(source)):
+        parser = Parser(source, name=name, trim_blocks=trim_blocks,
+                        lstrip_blocks=lstrip_blocks,
+                        keep_trailing_newline=keep_trailing_newline, max_nesting=max_nesting)
+        return parser.parse()
 
 
-_TRANSFORMER = _build_transformer()
-
-__all__ = ["parse", "Parser", "Token", "unescape_string", "LineIndex", "START_SYMBOLS"]
+__all__ = ["parse", "Parser", "PausedGC", "GC_PAUSE_SOURCE", "ToAst", "unescape_string",
+           "LineIndex", "START_SYMBOLS"]

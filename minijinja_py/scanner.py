@@ -18,7 +18,12 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Dict, List, Optional, Tuple
 
-from .exceptions import TemplateSyntaxError
+from .exceptions import LimitExceededError, TemplateSyntaxError
+from .limits import check_deadline
+
+#: Tags and tokens read between two looks at the parse deadline (Limits.max_seconds): a look
+#: reads the clock, about as costly as reading a token.
+DEADLINE_EVERY = 1024
 
 # Segment kinds.
 DATA = "data"
@@ -177,6 +182,15 @@ class Scanner:
         line, column = self.lines.position(min(offset, len(self.source)))
         return TemplateSyntaxError(message, line, column, self.name, self.original_source)
 
+    def check_deadline(self, offset: int) -> None:
+        """Raise DeadlineExceededError, located at ``offset``, if the parse has run too long."""
+        try:
+            check_deadline()
+        except LimitExceededError as exc:
+            exc._locate(*self.lines.position(min(offset, len(self.source))))
+            exc._attach_source(self.name, self.original_source)
+            raise
+
     # -- main loop ----------------------------------------------------------------------
     def scan(self) -> List[Segment]:
         source = self.source
@@ -195,7 +209,12 @@ class Scanner:
         # tag interior (up to the first end marker) -> (tokens, body offset, end offset)
         seen: Dict[str, Tuple[Tuple[Token, ...], int, int]] = {}
         seen_blocks: Dict[str, Tuple[Tuple[Token, ...], int, int]] = {}
+        countdown = DEADLINE_EVERY  # tags and tokens until the next look at the deadline
         while pos < length:
+            countdown -= 1
+            if countdown <= 0:
+                countdown = DEADLINE_EVERY
+                self.check_deadline(pos)
             match = find_tag(source, pos)
             if match is None:
                 add(Segment(DATA, pos, length, source[pos:]))
@@ -243,6 +262,7 @@ class Scanner:
                 known = seen.get(interior) if kind == "{" else seen_blocks.get(interior)
                 if known is not None:
                     earlier_tokens, earlier_body, earlier_end = known
+                    countdown -= len(earlier_tokens)
                     shift = body - earlier_body
                     offset = earlier_end + shift
                     match = _end_re(kind).match(source, offset)
@@ -262,6 +282,10 @@ class Scanner:
             brackets: List[Tuple[str, int]] = []
             pos = body
             while True:
+                countdown -= 1
+                if countdown <= 0:
+                    countdown = DEADLINE_EVERY
+                    self.check_deadline(pos)
                 match = token_at(source, pos)
                 if match is None:
                     self._tag_error(kind, start, pos, brackets)
@@ -350,8 +374,6 @@ class Scanner:
         if value in _OPENING:
             brackets.append((value, pos))
             if len(brackets) > self.max_nesting:
-                from .exceptions import LimitExceededError
-
                 line, column = self.lines.position(pos)
                 raise LimitExceededError(
                     f"brackets nested deeper than {self.max_nesting} levels refused (limit"

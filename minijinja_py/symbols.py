@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Set
 
 from . import nodes as n
+from .limits import check_deadline
+
+DEADLINE_EVERY = 1024  # nodes visited between two looks at the parse deadline (a clock read)
 
 RESOLVE = "resolve"      # read from the enclosing scopes / context
 UNDEFINED = "undefined"  # starts undefined in this frame
@@ -164,11 +167,27 @@ def analyse_frame(body: Iterable[n.Node], outer: "Container[str]",
     return visitor.symbols
 
 
+def _check_deadline(node: n.Node) -> None:
+    """check_deadline(), the error located at ``node``."""
+    try:
+        check_deadline()
+    except Exception as exc:
+        locate = getattr(exc, "_locate", None)
+        if locate is not None:
+            locate(node.lineno or None, node.column or None)
+        raise
+
+
 class _Visitor:
     def __init__(self, symbols: FrameSymbols) -> None:
         self.symbols = symbols
+        self.countdown = DEADLINE_EVERY  # nodes until the next look at the parse deadline
 
     def visit(self, node: n.Node) -> None:
+        self.countdown -= 1
+        if self.countdown <= 0:
+            self.countdown = DEADLINE_EVERY
+            _check_deadline(node)
         handler = _HANDLERS.get(type(node))  # visit_<node class name>
         if handler is not None:
             handler(self, node)
@@ -182,8 +201,13 @@ class _Visitor:
         handlers = _HANDLERS
         const = n.Const
         data = n.TemplateData
+        countdown = DEADLINE_EVERY
         while stack:
             node = pop()
+            countdown -= 1
+            if not countdown:
+                countdown = DEADLINE_EVERY
+                _check_deadline(node)
             cls = type(node)
             if cls is const:
                 if not isinstance(node.value, _CONTAINERS):

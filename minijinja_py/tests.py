@@ -16,22 +16,34 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
+from .budget import size_cost
+from .limits import charge
 from .runtime import ChainableUndefined, Undefined, pass_environment
+
+
+def _remainder(value: Any, num: Any) -> Any:
+    """``value % num`` as the template's ``%`` computes it: on a string that is printf
+    formatting (``"%2000000000d" is odd``), so its size is checked first (arith.py)."""
+    if type(value) is int and type(num) is int:
+        return value % num
+    from .arith import apply
+
+    return apply("%", value, num)
 
 
 def is_odd(value: Any) -> bool:
     """The value is an odd number."""
-    return value % 2 == 1
+    return _remainder(value, 2) == 1
 
 
 def is_even(value: Any) -> bool:
     """The value is an even number."""
-    return value % 2 == 0
+    return _remainder(value, 2) == 0
 
 
 def is_divisibleby(value: Any, num: Any) -> bool:
     """The value divides evenly by ``num``."""
-    return value % num == 0
+    return _remainder(value, num) == 0
 
 
 def is_defined(value: Any) -> bool:
@@ -86,14 +98,25 @@ def is_float(value: Any) -> bool:
     return isinstance(value, float)
 
 
+def _text(value: Any) -> str:
+    """``str(value)``, its size checked before it is built and its scan charged."""
+    if type(value) is not str:
+        from .filters import check_str_size
+
+        check_str_size(value)
+        value = str(value)
+    charge(size_cost(value))
+    return value
+
+
 def is_lower(value: Any) -> bool:
     """The value's string has cased characters and all of them are lowercase."""
-    return str(value).islower()
+    return _text(value).islower()
 
 
 def is_upper(value: Any) -> bool:
     """The value's string has cased characters and all of them are uppercase."""
-    return str(value).isupper()
+    return _text(value).isupper()
 
 
 def is_string(value: Any) -> bool:
@@ -147,7 +170,8 @@ def is_escaped(value: Any) -> bool:
 
 
 def is_in(value: Any, seq: Any) -> bool:
-    """The value is contained in ``seq``."""
+    """The value is contained in ``seq`` (a scan of it, charged by its size)."""
+    charge(size_cost(seq))
     return value in seq
 
 

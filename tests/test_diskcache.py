@@ -9,6 +9,7 @@ import pytest
 
 import minijinja_py as mj
 from minijinja_py import diskcache, parser
+from minijinja_py import nodes as n
 
 from corpus_support import CORPUS, corpus_available, template_source
 
@@ -89,3 +90,134 @@ def test_unwritable_cache_location_falls_back_to_parsing(tmp_path, monkeypatch) 
     blocker.write_text("not a directory")
     monkeypatch.setenv("MINIJINJA_PY_CACHE_DIR", str(blocker / "cache"))
     assert mj.Environment().from_string("{{ 4 }}").render() == "4"
+
+
+def _entries(cache_dir):
+    return sorted(f for f in os.listdir(cache_dir) if not f.startswith("."))
+
+
+def test_entry_swapped_for_another_templates_is_a_miss(cache_dir, monkeypatch) -> None:
+    first, second = "{{ 'first' }}", "{{ 'second' }}"
+    mj.chat_environment().from_string(first)
+    (first_entry,) = _entries(cache_dir)
+    mj.chat_environment().from_string(second)
+    (second_entry,) = [f for f in _entries(cache_dir) if f != first_entry]
+    # the first template's entry under the second's name: CRC-valid, but not the second's
+    (cache_dir / second_entry).write_bytes((cache_dir / first_entry).read_bytes())
+    os.chmod(cache_dir / second_entry, 0o600)
+    key = second_entry
+    assert diskcache.load(key) is None
+    parsed = []
+    real_parse = parser.parse
+    monkeypatch.setattr(parser, "parse", lambda *a, **k: parsed.append(1) or real_parse(*a, **k))
+    assert mj.chat_environment().from_string(second).render() == "second"
+    assert parsed, "the swapped entry was used instead of parsing"
+    assert mj.chat_environment().from_string(first).render() == "first"
+
+
+def _key(source):
+    env = mj.chat_environment()
+    return diskcache.entry_key(source, (env.trim_blocks, env.lstrip_blocks,
+                                        env.keep_trailing_newline, env.limits.max_nesting),
+                               mj.environment._engine_id())
+
+
+def _digest(source):
+    return bytes.fromhex(_key(source).partition("-")[0])
+
+
+def _forge_entry(cache_dir, source, payload: bytes) -> str:
+    """Write a CRC-valid entry holding ``payload`` (marshal bytes) under ``source``'s key."""
+    import zlib
+
+    key = _key(source)
+    os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    path = cache_dir / key
+    path.write_bytes(zlib.crc32(payload).to_bytes(4, "big") + payload)
+    os.chmod(path, 0o600)
+    return key
+
+
+def test_payload_whose_references_expand_exponentially_is_refused_quickly(cache_dir) -> None:
+    import marshal
+    import time
+
+    # 2**60 leaves behind a few hundred bytes: marshal format 4 shares objects (FLAG_REF)
+    leaf = (diskcache._NODE_INDEX[n.Const], 1, 1, "x")
+    shared = [leaf, leaf]
+    for _ in range(60):
+        shared = [shared, shared]
+    template = (diskcache._NODE_INDEX[n.Template], 1, 1,
+                [(diskcache._NODE_INDEX[n.Output], 1, 1, shared)])
+    source = "{{ 'fine' }}"
+    payload = marshal.dumps((diskcache._MAGIC, _digest(source), template), 4)
+    assert len(payload) < 1000
+    key = _forge_entry(cache_dir, source, payload)
+    start = time.perf_counter()
+    assert diskcache.load(key) is None
+    assert mj.chat_environment().from_string(source).render() == "fine"
+    assert time.perf_counter() - start < 1.0
+
+
+def test_entries_are_written_without_back_references() -> None:
+    import marshal
+
+    ast = parser.parse("{% for m in messages %}{{ m.role }}{{ m.role }}{% endfor %}")
+    data = diskcache.dumps(ast)
+    payload = data[diskcache._HEADER:]
+    assert marshal.dumps(marshal.loads(payload), 2) == payload
+    assert marshal.dumps(marshal.loads(payload), 4) != payload  # format 4 would share
+    assert diskcache.MARSHAL_VERSION == 2
+
+
+def test_entry_with_back_references_is_refused_even_when_small(cache_dir) -> None:
+    import marshal
+
+    source = "{{ 'x' }}{{ 'x' }}"
+    ast = parser.parse(source, trim_blocks=True, lstrip_blocks=True)
+    entry = (diskcache._MAGIC, _digest(source), diskcache._encode(ast))
+    key = _forge_entry(cache_dir, source, marshal.dumps(entry, 2))
+    assert repr(diskcache.load(key)) == repr(ast)  # the format dumps() writes: used
+    shared = marshal.dumps(entry, 4)  # the same data with references
+    assert shared != marshal.dumps(entry, 2)
+    key = _forge_entry(cache_dir, source, shared)
+    assert diskcache.load(key) is None
+    assert mj.chat_environment().from_string(source).render() == "xx"
+
+
+def test_entry_larger_than_its_source_allows_is_refused(cache_dir) -> None:
+    import marshal
+
+    source = "{{ 1 }}"
+    filler = [None] * (diskcache.size_cap(len(source)))  # one byte each: over the cap
+    template = (diskcache._NODE_INDEX[n.Template], 1, 1, [filler])
+    key = _forge_entry(cache_dir, source,
+                       marshal.dumps((diskcache._MAGIC, _digest(source), template), 2))
+    assert diskcache.load(key) is None
+    assert mj.chat_environment().from_string(source).render() == "1"
+
+
+def test_entry_is_bounded_by_its_source_length() -> None:
+    # the densest ASTs a source can have stay well under the cap
+    for source in ("{{ [" + "1," * 5000 + "] }}", "{{ " + "-" * 400 + "1 }}",
+                   "{{ x" + "|e" * 100 + " }}", "{{ a" + ".b" * 400 + " }}",
+                   "{% if x %}{% endif %}" * 500, "{{x}}" * 2000):
+        data = diskcache.dumps(parser.parse(source))
+        assert len(data) <= diskcache.size_cap(len(source))
+        assert len(data) < 24 * len(source) + 200, (source[:20], len(data) / len(source))
+
+
+def test_foreign_or_malformed_keys_are_misses(cache_dir) -> None:
+    assert diskcache.load("not-a-key") is None
+    assert diskcache.load("ab" * 32 + "-x") is None
+    diskcache.store("not-a-key", parser.parse("{{ 1 }}"))
+    assert not cache_dir.exists() or not _entries(cache_dir)
+
+
+def test_sources_beyond_the_stored_size_are_not_stored(cache_dir) -> None:
+    source = "{{ x }}" * (diskcache.MAX_STORED_SOURCE // 7 + 1)
+    assert mj.chat_environment().from_string(source).render(x=1) == "1" * (len(source) // 7)
+    assert not cache_dir.exists() or not _entries(cache_dir)
+    small = "{{ x }}"
+    mj.chat_environment().from_string(small)
+    assert len(_entries(cache_dir)) == 1

@@ -24,6 +24,15 @@ def test_shipped_tables_match_the_grammar() -> None:
         "grammar/jinja.lark changed: run `python -m minijinja_py.lalr`")
 
 
+class _LarkToken(tuple):
+    """A scanner token, ``(type, text, offset)``, with what Lark's parser reads of a token."""
+
+    __slots__ = ()
+    type = property(lambda self: self[0])
+    value = property(lambda self: self[1])
+    start_pos = end_pos = line = column = end_line = end_column = None
+
+
 def _lark_parse_function():
     from lark import Lark, Transformer, Tree
     from lark.lexer import Lexer
@@ -35,17 +44,23 @@ def _lark_parse_function():
         def lex(self, tokens, *_):
             return iter(tokens)
 
+    current = []  # the transformer of the parse in progress
+
     class Adapter(Transformer):
         def __default__(self, data, children, meta):
             if data.startswith("_"):
                 return Tree(data, children)
-            return getattr(parser._TRANSFORMER, data)(children)
+            return getattr(current[-1], data)(children)
 
     lark = Lark(lalr.read_grammar(), parser="lalr", lexer=TokenFeed, start=parser.START_SYMBOLS,
                 maybe_placeholders=False, transformer=Adapter())
 
     def parse_with_lark(tables, tokens, start, transformer):
-        return lark.parse(tokens, start=start)
+        current.append(transformer)
+        try:
+            return lark.parse([_LarkToken(token) for token in tokens], start=start)
+        finally:
+            current.pop()
 
     return parse_with_lark
 

@@ -222,6 +222,8 @@ HOSTILE = [
      "{% for a in range(100000) %}{% for b in range(100000) %}"
      "{% if b['type'] == 'image' %}{% endif %}{% endfor %}{% endfor %}", ""),
     ("max_steps", "loop-over-characters",
+     "{% for c in 'x' * 9 * 10**6 %}{% if c['type'] == 'image' %}{% endif %}{% endfor %}", ""),
+    ("max_collection_size", "loop-over-40m-characters",
      "{% for c in 'x' * 4 * 10**7 %}{% if c['type'] == 'image' %}{% endif %}{% endfor %}", ""),
     ("max_steps", "loop-filter",
      "{% for a in range(100000) %}{% for b in range(100000) if b < 0 %}{% endfor %}"
@@ -409,10 +411,11 @@ def test_output_limit_counts_every_kind_of_output(source: str) -> None:
 
 def test_steps_limit_relative() -> None:
     # an iteration costs budget.LOOP_STEPS (2) plus its body: 2,500 inner ones cost 5,000;
-    # the 50 outer ones 2 + 7 each (the inner `for` statement and its `range(50)` call)
+    # the 50 outer ones 2 + 7 each (the inner `for` statement and its `range(50)` call); and
+    # making the list of a loop's items costs a step per 2 items: 25 for each of the 51 loops
     source = "{% for a in range(50) %}{% for b in range(50) %}{% endfor %}{% endfor %}ok"
-    assert _render(source, mj.Limits(max_steps=5450)) == "ok"
-    _refused(source, "max_steps", mj.Limits(max_steps=5449))
+    assert _render(source, mj.Limits(max_steps=6725)) == "ok"
+    _refused(source, "max_steps", mj.Limits(max_steps=6724))
 
 
 def test_recursion_limit_relative() -> None:
