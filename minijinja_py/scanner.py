@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Dict, List, Optional, Tuple
@@ -83,8 +84,13 @@ def _end_re(kind: str) -> "re.Pattern[str]":
 
 
 _TOKEN_PATTERNS_BY_NAME = dict(_TOKEN_PATTERNS)
+# Blanks that are never given back: atomic groups and possessive quantifiers exist from Python
+# 3.11. Nothing that follows blanks here can start with a blank, so on 3.10 plain ``\s*`` reads
+# the same tokens (it only tries, and fails, to give blanks back before reporting an error).
+_BLANKS, _BLANKS_KEPT = (("(?>\\s*)", "\\s*+") if sys.version_info >= (3, 11)
+                         else ("\\s*", "\\s*"))
 _TAG_TOKEN_RE = re.compile(
-    f"(?>\\s*)(?:(?P<vend>{_VAR_END})|(?P<bend>{_BLOCK_END})|"
+    f"{_BLANKS}(?:(?P<vend>{_VAR_END})|(?P<bend>{_BLOCK_END})|"
     + "|".join(f"(?P<{name}>{_TOKEN_PATTERNS_BY_NAME[name]})"
                for name in ("op", "NAME", "FLOAT", "INT", "STRING"))
     + ")",
@@ -94,7 +100,7 @@ _TAG_TOKEN_RE = re.compile(
 # commonest tags, read in one regex call. Matches exactly where _TAG_TOKEN_RE would read a
 # NAME and then an end. Groups: blanks, name, blanks, var end, block end, newline of `%}\n`.
 _NAME_TAG_RE = re.compile(
-    f"(\\s*+)({_TOKEN_PATTERNS_BY_NAME['NAME']})(\\s*+)(?:({_VAR_END})|("
+    f"({_BLANKS_KEPT})({_TOKEN_PATTERNS_BY_NAME['NAME']})({_BLANKS_KEPT})(?:({_VAR_END})|("
     + _BLOCK_END.replace("(?P<nl>", "(") + "))",
     re.S,
 )
