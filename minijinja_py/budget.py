@@ -56,7 +56,7 @@ ITEMS_PER_STEP = 1 << ITEMS_SHIFT
 FILTER_WEIGHTS = {
     "length": 0, "count": 0, "first": 0, "last": 0, "default": 0, "d": 0, "attr": 0,
     "random": 0, "abs": 0, "safe": 0, "int": 0, "float": 0, "round": 0, "items": 0,
-    "urlize": 8, "striptags": 4, "title": 2, "wordwrap": 4, "tojson": 0, "pprint": 0,
+    "tojson": 0, "pprint": 0,  # (urlize, striptags, title, wordwrap: per unit, inside them)
     # charged per item as they run (ITEM_STEPS): their input may be lazy, of unknown size
     "map": 0, "select": 0, "reject": 0, "selectattr": 0, "rejectattr": 0,
 }

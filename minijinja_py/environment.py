@@ -322,12 +322,12 @@ def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int 
     global ``random`` state, which a template could otherwise observe and advance."""
     import random as _random
 
-    from .limits import check_string_size
-
-    random = _random.SystemRandom()
+    from .limits import charge, check_string_size
     from .markup import Markup
 
+    random = _random.SystemRandom()
     check_string_size(int(n) * int(max) * 12)
+    charge(int(n) * int(max) * 10)  # a draw from the OS per word: about a microsecond
     paragraphs = []
     for _ in range(int(n)):
         words = [random.choice(_LOREM_WORDS) for _ in range(random.randint(min, max))]
