@@ -145,7 +145,8 @@ def _mapping_items(value: Any) -> Any:
 
 # -- size estimation ---------------------------------------------------------------------------
 
-_CONTAINERS = (list, tuple, dict, set, frozenset)
+_CONTAINERS = (list, tuple, dict, set, frozenset,
+               type({}.keys()), type({}.values()), type({}.items()))  # views print their items
 # Engine objects whose printed form shows the data they hold (``<Namespace {...}>``...).
 _HOLDERS = (Namespace, Cycler, Joiner)
 #: Characters measured at a time when the exact escaped length of a string is needed: bounds
