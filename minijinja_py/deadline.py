@@ -22,6 +22,7 @@ and ends itself after :data:`IDLE_EXIT` seconds without renders.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -90,3 +91,17 @@ def _watchdog() -> None:
                 _running = True
         _wake.wait(max(0.0, nearest - monotonic()))
         _wake.clear()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a pre-forking server's worker) has no watchdog thread, whatever the
+    parent had: start afresh, or its renders would never be watched."""
+    global _running, _lock, _wake
+    _active.clear()
+    _running = False
+    _lock = threading.Lock()
+    _wake = threading.Event()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

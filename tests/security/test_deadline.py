@@ -190,3 +190,39 @@ def test_no_render_is_left_registered() -> None:
         except mj.TemplateError:
             pass
     assert not watchdog._active
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_deadline_holds_in_a_forked_child() -> None:
+    """A pre-forking server forks after rendering: the child's renders are watched too."""
+    import os
+
+    env = mj.chat_environment(limits=_limits(0.5))
+    assert env.from_string("{{ 1 }}").render() == "1"  # the parent's watchdog is running
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what happened through the pipe, then leave at once
+        try:
+            try:
+                env.from_string(SLOW_LOOPS["nested-ranges"]).render()
+                message = b"finished"
+            except mj.DeadlineExceededError:
+                message = b"deadline"
+            except BaseException as exc:  # pragma: no cover - reported to the parent
+                message = repr(exc).encode()
+            os.write(write_end, message)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            break
+        time.sleep(0.05)
+    else:  # pragma: no cover - the failure being tested
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's render was never stopped")
+    with os.fdopen(read_end, "rb") as reader:
+        assert reader.read() == b"deadline"
