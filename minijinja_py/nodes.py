@@ -56,7 +56,7 @@ class Node:
             countdown -= 1
             if not countdown:  # a look at the parse deadline (Limits.max_seconds)
                 countdown = DEADLINE_EVERY
-                _check_deadline(node)
+                check_deadline_at(node)
             if isinstance(node, node_type):
                 yield node
             children = node.child_nodes()
@@ -121,7 +121,7 @@ class PausedGC:
 DEADLINE_EVERY = 1024  # nodes walked between two looks at the parse deadline (a clock read)
 
 
-def _check_deadline(node: Node) -> None:
+def check_deadline_at(node: Node) -> None:
     """limits.check_deadline(), the error located at ``node``."""
     try:
         check_deadline()

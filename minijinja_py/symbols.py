@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Set
 
 from . import nodes as n
-from .limits import check_deadline
 
 DEADLINE_EVERY = 1024  # nodes visited between two looks at the parse deadline (a clock read)
 
@@ -167,15 +166,7 @@ def analyse_frame(body: Iterable[n.Node], outer: "Container[str]",
     return visitor.symbols
 
 
-def _check_deadline(node: n.Node) -> None:
-    """check_deadline(), the error located at ``node``."""
-    try:
-        check_deadline()
-    except Exception as exc:
-        locate = getattr(exc, "_locate", None)
-        if locate is not None:
-            locate(node.lineno or None, node.column or None)
-        raise
+_check_deadline = n.check_deadline_at
 
 
 class _Visitor:

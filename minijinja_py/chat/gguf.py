@@ -25,6 +25,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from .config import _file_kind
+
 __all__ = ["GGUFError", "GGUFArray", "GGUFChatInfo", "read_gguf_metadata", "read_gguf_chat_info",
            "is_gguf_file"]
 
@@ -96,13 +98,6 @@ class GGUFChatInfo:
     special_tokens: Dict[str, str]
 
 
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 # O_NONBLOCK: should the path turn into a FIFO between the stat and the open, opening it still
