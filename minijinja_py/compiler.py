@@ -1407,7 +1407,8 @@ class Compiler:
             return lambda scope: expr1(scope) if test(scope) else expr2(scope)
         hint = (f"the inline if-expression on line {node.lineno} evaluated to false and no else"
                 " section was defined.")
-        return lambda scope: expr1(scope) if test(scope) else scope.ctx.undefined(hint)
+        # Jinja2: always its plain Undefined here, whatever the environment's undefined class
+        return lambda scope: expr1(scope) if test(scope) else Undefined(hint)
 
     def e_binop(self, node: n.Node) -> Expr:
         if node.op == "+":

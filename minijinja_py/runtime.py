@@ -117,7 +117,11 @@ class Undefined:
         return "Undefined"
 
     def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
+        # Jinja2's undefined has object's __format__: printed plainly, refused with a spec
+        if spec:
+            raise TypeError(f"unsupported format string passed to {type(self).__name__}"
+                            ".__format__")
+        return str(self)
 
 
 class ChainableUndefined(Undefined):
@@ -149,9 +153,8 @@ class StrictUndefined(Undefined):
     __iter__ = __str__ = __len__ = Undefined._fail_with_undefined_error  # type: ignore
     __eq__ = __ne__ = __bool__ = __hash__ = Undefined._fail_with_undefined_error  # type: ignore
     __contains__ = Undefined._fail_with_undefined_error
-
-    def __format__(self, spec: str) -> str:
-        return self._fail_with_undefined_error()
+    # __format__ is Undefined's: a format spec is a TypeError (as for any object), and without
+    # one it prints, which fails here
 
 
 def type_name(obj: Any) -> str:
