@@ -34,6 +34,8 @@ _LAZY = {
     "GGUFError": "chat.gguf",
     "RenderPool": "chat.pool", "RenderTimeoutError": "chat.pool",
     "RenderMemoryError": "chat.pool", "WorkerCrashedError": "chat.pool",
+    "ChatTokenizer": "chat.tokens", "ChatEncoding": "chat.tokens",
+    "TokenizersNotInstalledError": "chat.tokens",
 }
 
 __all__ = [
@@ -52,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
                                 apply_chat_template)
     from .chat.pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .chat.schema import DocstringParsingException, TypeHintParsingException, get_json_schema
+    from .chat.tokens import ChatEncoding, ChatTokenizer, TokenizersNotInstalledError
     from .environment import Environment, Template, chat_environment
     from .limits import Limits
     from .markup import Markup, escape

@@ -273,6 +273,19 @@ class Template:
             _limits.deactivate(limits_token)
         return text, (ctx.spans or [])
 
+    def literal_strings(self) -> frozenset:
+        """Every piece of text the template writes as it is and every string constant in its
+        expressions (what it can print without reading a variable): the chat layer looks in
+        them for the control tokens a template writes itself."""
+        from . import nodes as n
+
+        found = set()
+        for node in self.ast.find_all((n.TemplateData, n.Const)):
+            value = node.data if isinstance(node, n.TemplateData) else node.value
+            if isinstance(value, str):
+                found.add(value)
+        return frozenset(found)
+
     def __repr__(self) -> str:
         return f"<Template {self.name or 'memory'!r}>"
 

@@ -157,3 +157,10 @@ def test_source_size_limit_refuses_before_parsing() -> None:
     assert info.value.column is not None
     env = mj.Environment(limits=mj.Limits(max_source_size=3_000_000))
     assert env.from_string(source).render() == source[:-1]
+
+
+def test_literal_strings_are_the_text_and_string_constants_a_template_writes() -> None:
+    template = mj.chat_environment().from_string(
+        "{% for m in messages %}<|im_start|>{{ m.role + '\\n' }}{% if x == 'y' %}{{ 'a' ~ b }}"
+        "{% endif %}{{ 3 }}{% endfor %}")
+    assert template.literal_strings() == frozenset({"<|im_start|>", "\n", "y", "a"})

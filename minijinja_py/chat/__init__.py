@@ -10,6 +10,9 @@ errors) to do what transformers does around a chat template:
 - :mod:`.config`: loading model folders, ``tokenizer_config.json`` and ``.jinja`` files;
 - :mod:`.gguf`: the chat templates and special tokens in GGUF metadata;
 - :mod:`.schema`: JSON schemas for tools given as Python functions;
+- :mod:`.tokens`: ``apply_chat_template(..., tokenize=True)``: ``ChatTokenizer`` (a model
+  folder's ``tokenizer.json`` through the optional ``tokenizers`` package), token ids,
+  attention and assistant masks, control-token sanitising, padding and truncation;
 - :mod:`.pool`: renders in worker processes, for servers running untrusted templates;
 - :mod:`.cli`: the ``minijinja-py`` command.
 """
@@ -20,6 +23,8 @@ from .config import (CHAT_TEMPLATE_DIR, CHAT_TEMPLATE_FILE, MAX_CONFIG_BYTES, MA
 from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
                        ChatTemplateValueError, RenderResult, apply_chat_template,
                        plain_template_data)
+from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
+                     load_tokenizer)
 
 __all__ = [
     "ChatTemplate", "RenderResult", "ChatTemplateValueError", "apply_chat_template",
@@ -27,4 +32,5 @@ __all__ = [
     "select_template", "CONTINUE_FINAL_MESSAGE_MARKER", "REASONING_FIELDS",
     "SPECIAL_TOKEN_NAMES", "CHAT_TEMPLATE_FILE", "CHAT_TEMPLATE_DIR", "TOKENIZER_CONFIG_FILE",
     "MAX_CONFIG_BYTES", "MAX_FOLDER_BYTES",
+    "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError", "load_tokenizer",
 ]

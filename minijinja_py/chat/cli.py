@@ -1,5 +1,8 @@
 """The ``minijinja-py`` command line (also ``python -m minijinja_py``).
 
+``minijinja-py encode MODEL_DIR`` shows the token ids (with ``--mask`` the assistant mask,
+with ``--sanitize`` control tokens from the conversation encoded as text) that
+``apply_chat_template(tokenize=True)`` makes of a conversation, as a table or ``--json``.
 ``minijinja-py render TEMPLATE_OR_CONFIG`` prints the prompt a chat template makes of a
 conversation (a built-in example when ``--messages`` is not given); ``minijinja-py check
 TEMPLATE_OR_CONFIG`` parses the template(s), shows syntax errors with a caret, and lists the
@@ -98,7 +101,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="minijinja-py",
-        description="Render and check LLM chat templates exactly like transformers' "
+        description="Render, check and encode LLM chat templates exactly like transformers' "
                     "apply_chat_template, without Jinja2 or transformers.")
     parser.add_argument("--version", action="version", version=f"minijinja-py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -141,6 +144,49 @@ def _build_parser() -> argparse.ArgumentParser:
                              f"{SPAN_OPEN} and {SPAN_CLOSE}")
     render.add_argument("--json", action="store_true",
                         help='print {"text": ..., "generation_spans": [[start, end], ...]}')
+
+    encode = commands.add_parser(
+        "encode", help="show the token ids (and masks) a model folder makes of a conversation",
+        description="Render a conversation with MODEL_DIR's chat template and encode it with its "
+                    "tokenizer.json, exactly like transformers' apply_chat_template("
+                    "tokenize=True), and print a table: index, token id, token text (plain text "
+                    "in quotes, control tokens bare), and with --mask the assistant mask. "
+                    "Without --messages the built-in example is encoded. Needs the tokenizers "
+                    "extra: pip install \"minijinja_py[tokenizers]\".")
+    encode.add_argument("model", metavar="MODEL_DIR",
+                        help="model folder with tokenizer.json (and tokenizer_config.json, "
+                             "chat_template.jinja)")
+    encode.add_argument("--messages", metavar="FILE",
+                        help="JSON file ('-' for stdin): a list of messages, or an object with "
+                             "'messages' and optionally tools, documents, add_generation_prompt, "
+                             "continue_final_message and other variables")
+    encode.add_argument("--tools", metavar="FILE", help="JSON file with a list of tool schemas")
+    encode.add_argument("--documents", metavar="FILE", help="JSON file with a list of documents")
+    encode.add_argument("--add-generation-prompt", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="end with the header of a new assistant message (default: off, "
+                             "on for the built-in example)")
+    encode.add_argument("--continue-final-message", action="store_true", default=None,
+                        help="end the prompt inside the final message")
+    encode.add_argument("--continue-field", metavar="FIELD",
+                        help="continue this field of the final message; implies "
+                             "--continue-final-message")
+    encode.add_argument("--var", action="append", default=[], metavar="KEY=JSON",
+                        help="a template variable, its value in JSON (repeatable)")
+    encode.add_argument("--name", metavar="NAME",
+                        help="which named template of the folder to use (e.g. tool_use)")
+    encode.add_argument("--chat-template", metavar="FILE",
+                        help="a .jinja file to use instead of the folder's template")
+    encode.add_argument("--now", metavar="ISO",
+                        help="the date and time strftime_now() formats (default: now)")
+    encode.add_argument("--mask", action="store_true",
+                        help="add the assistant mask (tokens of {%% generation %%} blocks)")
+    encode.add_argument("--sanitize", action="store_true",
+                        help="encode control tokens that come from the conversation as plain "
+                             "text (sanitize_control_tokens)")
+    encode.add_argument("--json", action="store_true",
+                        help="print the result dict (input_ids, attention_mask, "
+                             "assistant_masks) as JSON")
 
     check = commands.add_parser(
         "check", help="parse a template and list what it reads and uses",
@@ -282,7 +328,11 @@ def _write(text: str, exact_escapes: bool = False) -> None:
     buffer.flush()
 
 
-def _cmd_render(args: argparse.Namespace) -> int:
+def _conversation_options(args: argparse.Namespace
+                          ) -> Tuple[Optional[_datetime.datetime], Dict[str, Any], Dict[str, Any],
+                                     bool]:
+    """What --messages/--tools/--documents/--add-generation-prompt/--continue-*/--var/--now
+    ask for: (now, options, template variables, whether it is the built-in example)."""
     now = _parse_now(args.now)
     variables: Dict[str, Any] = {}
     options: Dict[str, Any] = {}
@@ -323,6 +373,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
             raise UsageError(f"--var {key}: use the --{key.replace('_', '-')} option instead")
         variables[key] = value
 
+    return now, options, variables, builtin_example
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    now, options, variables, builtin_example = _conversation_options(args)
     config = _load_config(args.template)
     try:
         selected, source = select_template(config.templates, name=args.name,
@@ -381,6 +436,114 @@ def _cmd_render(args: argparse.Namespace) -> int:
         _write(_mark_spans(result.text, result.generation_spans))
     else:
         _write(result.text)
+    return 0
+
+
+# ---- encode ----------------------------------------------------------------------------------
+def _load_tokenizer(path: str) -> Any:
+    from .tokens import TokenizersNotInstalledError, load_tokenizer
+
+    if not os.path.exists(path):
+        raise UsageError(f"no such file or directory: {path}")
+    try:
+        return load_tokenizer(path)
+    except TokenizersNotInstalledError as exc:
+        raise DataError(str(exc)) from None
+    except (ValueError, TypeError, OSError) as exc:
+        raise DataError(_first_line(exc)) from None
+
+
+def _token_cell(tokenizer: Any, token_id: int) -> str:
+    """Plain text in JSON quotes (escapes visible); a control token, or a piece that is not
+    text on its own (one byte of a character), bare."""
+    if token_id in tokenizer.added_tokens_decoder:
+        return tokenizer.added_tokens_decoder[token_id].content
+    text = tokenizer.backend.decode([token_id], skip_special_tokens=False)
+    if not text or "\ufffd" in text:
+        raw = tokenizer.backend.id_to_token(token_id)
+        return raw if raw is not None else "?"
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    now, options, variables, builtin_example = _conversation_options(args)
+    tokenizer = _load_tokenizer(args.model)
+    chat_template: Optional[str] = None
+    if args.chat_template is not None:
+        try:
+            with open(args.chat_template, "rb") as handle:
+                chat_template = handle.read().decode("utf-8")
+        except FileNotFoundError:
+            raise UsageError(f"--chat-template: no such file: {args.chat_template}") from None
+        except OSError as exc:
+            raise UsageError(f"--chat-template: cannot read {args.chat_template}: "
+                             f"{exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"--chat-template: {args.chat_template} is not UTF-8 "
+                            f"({exc.reason})") from None
+    elif args.name is not None:
+        if args.name not in tokenizer.chat_templates:
+            try:
+                select_template(tokenizer.chat_templates, name=args.name)
+            except ValueError as exc:
+                raise DataError(str(exc)) from None
+        chat_template = args.name
+    elif not tokenizer.chat_templates:
+        raise DataError(f"{args.model} has no chat template (no chat_template.jinja, no "
+                        "chat_template in tokenizer_config.json): give one with --chat-template "
+                        "FILE")
+    try:
+        template = tokenizer.get_chat_template(chat_template, options.get("tools"), now)
+    except TemplateSyntaxError as exc:
+        raise DataError(f"syntax error: {exc}") from None
+    except (TemplateError, ValueError, TypeError) as exc:
+        raise DataError(_render_error_message(exc)) from None
+    if args.mask and "generation" not in template.source:
+        print("note: this template has no {% generation %} blocks, so the assistant mask is all "
+              "zeros", file=sys.stderr)
+
+    attempts = [("", options)]
+    if builtin_example:
+        attempts += [(label_text, {**options, "messages": messages, "tools": None})
+                     for label_text, messages in _FALLBACK_EXAMPLES]
+    first_error: Optional[BaseException] = None
+    for attempt, (fallback, attempt_options) in enumerate(attempts):
+        try:
+            result = tokenizer.apply_chat_template(
+                chat_template=template, now=now, return_assistant_tokens_mask=args.mask,
+                sanitize_control_tokens=args.sanitize, **{
+                    ("conversation" if key == "messages" else key): value
+                    for key, value in attempt_options.items()}, **variables)
+        except (TemplateError, ValueError, TypeError) as exc:
+            first_error = first_error or exc
+            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError) \
+                    and not isinstance(exc, ChatTemplateValueError):
+                continue
+            raise DataError(_render_error_message(first_error)) from None
+        if fallback:
+            print(f"note: the template refused the built-in tool-calling example "
+                  f"({_one_line(first_error)}); showing {fallback} instead", file=sys.stderr)
+        break
+
+    if args.json:
+        _write(json.dumps(dict(result)) + "\n")
+        return 0
+    ids = result["input_ids"]
+    mask = result.get("assistant_masks")
+    width = max(len(str(max(ids, default=0))), 2)
+    lines = [f"{'index':>5}  {'id':>{width}}  " + ("mask  " if mask is not None else "")
+             + "token"]
+    for index, token_id in enumerate(ids):
+        cell = _token_cell(tokenizer, token_id)
+        flag = f"{mask[index]:>4}  " if mask is not None else ""
+        lines.append(f"{index:>5}  {token_id:>{width}}  {flag}{cell}")
+    summary = f"{len(ids):,} tokens"
+    if mask is not None:
+        summary += f", {sum(mask):,} in the assistant mask"
+    if args.sanitize:
+        summary += "; control tokens from the conversation encoded as text"
+    lines.append(summary)
+    _write("\n".join(lines) + "\n")
     return 0
 
 
@@ -534,6 +697,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     try:
         if args.command == "render":
             return _cmd_render(args)
+        if args.command == "encode":
+            return _cmd_encode(args)
         return _cmd_check(args)
     except UsageError as exc:
         print(f"minijinja-py: error: {exc}", file=sys.stderr)

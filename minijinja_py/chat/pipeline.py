@@ -21,7 +21,8 @@ takes around the render, in the same order:
 8. ``tools`` and ``documents`` are always passed (None when absent), with ``add_generation_prompt``,
    the tokenizer's special tokens and every other keyword as template variables.
 
-Loading model folders, tokenizer configs and GGUF files is :mod:`minijinja_py.chat.config`.
+Loading model folders, tokenizer configs and GGUF files is :mod:`minijinja_py.chat.config`;
+token ids and masks (``tokenize=True``) are :mod:`minijinja_py.chat.tokens`.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ import inspect
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 from ..environment import Environment, Template, chat_environment
 from ..exceptions import TemplateError
-from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
-                     select_template)
+from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, _special_tokens_of,
+                     load_chat_config, select_template)
 from .schema import get_json_schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tokens import ChatTokenizer
 
 __all__ = [
     "ChatTemplate",
@@ -486,30 +490,113 @@ def _looks_like_template(text: str) -> bool:
     return "{{" in text or "{%" in text or "{#" in text or "\n" in text
 
 
-def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any], ChatTemplate],
+def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any], ChatTemplate,
+                                              "ChatTokenizer"],
                         /, messages: Any, tools: Optional[Sequence[Any]] = None,
                         documents: Optional[Sequence[Any]] = None,
                         add_generation_prompt: bool = False,
                         continue_final_message: Union[bool, str] = False, *,
                         template_name: Optional[str] = None, now: Now = None,
-                        **template_kwargs: Any) -> str:
-    """Render ``messages`` in one call; see :meth:`ChatTemplate.render`.
+                        chat_template: Optional[str] = None, tokenize: bool = False,
+                        return_dict: bool = True, return_assistant_tokens_mask: bool = False,
+                        sanitize_control_tokens: bool = False,
+                        padding: Union[bool, str] = False, truncation: Any = False,
+                        max_length: Optional[int] = None, return_tensors: Any = None,
+                        tokenizer_kwargs: Optional[Mapping[str, Any]] = None,
+                        **template_kwargs: Any) -> Any:
+    """Render ``messages`` in one call (see :meth:`ChatTemplate.render`), or, with
+    ``tokenize=True``, render and encode them like transformers'
+    ``tokenizer.apply_chat_template`` (see
+    :meth:`minijinja_py.chat.tokens.ChatTokenizer.apply_chat_template`).
 
     ``source_or_config`` is a template source string, a :class:`ChatTemplate`, a tokenizer
-    config dict, or a path (model directory, ``tokenizer_config.json``, ``.jinja``, ``.gguf``).
-    A string is a path only when it contains no template syntax and names an existing file or
-    directory. ``template_name`` picks a named template of a config.
+    config dict, a path (model directory, ``tokenizer_config.json``, ``.jinja``, ``.gguf``) or a
+    :class:`~minijinja_py.chat.tokens.ChatTokenizer`. A string is a path only when it contains no
+    template syntax and names an existing file or directory. ``template_name`` picks a named
+    template of a config; ``chat_template`` is a template source used instead of the config's
+    (the config still provides the special tokens).
+
+    ``tokenize`` defaults to False here, unlike transformers, so that this function keeps
+    returning the prompt string it always returned. With ``tokenize=True`` the first argument
+    must be a model folder holding ``tokenizer.json`` (loaded once and cached, see
+    :func:`~minijinja_py.chat.tokens.load_tokenizer`) or a ``ChatTokenizer``, the optional
+    ``tokenizers`` package must be installed, and the result is a dict-like
+    :class:`~minijinja_py.chat.tokens.ChatEncoding` with ``input_ids``, ``attention_mask`` and,
+    with ``return_assistant_tokens_mask``, ``assistant_masks`` (the ids alone with
+    ``return_dict=False``). As in transformers, ``return_assistant_tokens_mask`` and
+    ``sanitize_control_tokens`` need ``tokenize=True`` (ValueError otherwise) and the padding
+    options are ignored without it.
     """
+    from .tokens import ChatTokenizer, load_tokenizer
+
+    if return_assistant_tokens_mask and not (return_dict and tokenize):
+        raise ValueError("`return_assistant_tokens_mask=True` requires `return_dict=True` and "
+                         "`tokenize=True`")
+    if sanitize_control_tokens and not tokenize:
+        raise ValueError("`sanitize_control_tokens=True` requires `tokenize=True`.")
+
+    if tokenize or isinstance(source_or_config, ChatTokenizer):
+        if isinstance(source_or_config, ChatTokenizer):
+            tokenizer = source_or_config
+        elif isinstance(source_or_config, os.PathLike) or (
+                isinstance(source_or_config, str) and not _looks_like_template(source_or_config)
+                and os.path.exists(source_or_config)):
+            tokenizer = load_tokenizer(source_or_config)
+        else:
+            raise TypeError("tokenize=True needs a model folder (with tokenizer.json) or a "
+                            "ChatTokenizer as the first argument, not a "
+                            f"{type(source_or_config).__name__} (a template source or config "
+                            "has no tokenizer: pass it as chat_template= with the folder)")
+        if chat_template is None and template_name is not None:
+            chat_template = template_name
+            if template_name not in tokenizer.chat_templates:
+                select_template(tokenizer.chat_templates, name=template_name)  # its error
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, documents=documents, chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, tokenize=tokenize,
+            sanitize_control_tokens=sanitize_control_tokens, padding=padding,
+            truncation=truncation, max_length=max_length, return_tensors=return_tensors,
+            return_dict=return_dict, return_assistant_tokens_mask=return_assistant_tokens_mask,
+            tokenizer_kwargs=tokenizer_kwargs, now=now, **template_kwargs)
+
     if isinstance(source_or_config, ChatTemplate):
-        chat_template = source_or_config
+        template = source_or_config
+        if chat_template is not None:
+            template = ChatTemplate(chat_template, now=now,
+                                    special_tokens=source_or_config.special_tokens)
     elif isinstance(source_or_config, Mapping) or isinstance(source_or_config, os.PathLike) or (
             isinstance(source_or_config, str) and not _looks_like_template(source_or_config)
             and os.path.exists(source_or_config)):
-        chat_template = ChatTemplate.from_tokenizer_config(source_or_config, name=template_name,
-                                                           tools=tools, now=now)
+        if chat_template is not None:
+            template = ChatTemplate(chat_template, now=now,
+                                    special_tokens=_special_tokens_only(source_or_config))
+        else:
+            template = ChatTemplate.from_tokenizer_config(source_or_config, name=template_name,
+                                                          tools=tools, now=now)
     else:
-        chat_template = ChatTemplate(source_or_config, now=now)
-    return chat_template.render(messages, tools=tools, documents=documents,
-                                add_generation_prompt=add_generation_prompt,
-                                continue_final_message=continue_final_message,
-                                **template_kwargs)
+        template = ChatTemplate(chat_template if chat_template is not None
+                                else source_or_config, now=now)
+    return template.render(messages, tools=tools, documents=documents,
+                           add_generation_prompt=add_generation_prompt,
+                           continue_final_message=continue_final_message,
+                           **template_kwargs)
+
+
+def _special_tokens_only(source: Union[PathLike, Mapping[str, Any]]) -> Dict[str, str]:
+    """The special tokens of a config, folder or file whose own template is not used (it may
+    have none)."""
+    if isinstance(source, Mapping):
+        return _special_tokens_of(source)
+    try:
+        return dict(load_chat_config(source).special_tokens)
+    except ChatConfigError:
+        directory = os.fspath(source)
+        if not os.path.isdir(directory):
+            raise
+    from pathlib import Path
+
+    from .config import TOKENIZER_CONFIG_FILE, _ModelFolder
+
+    config = _ModelFolder(Path(directory)).read_json(Path(directory) / TOKENIZER_CONFIG_FILE)
+    return _special_tokens_of(config) if isinstance(config, dict) else {}
