@@ -1524,6 +1524,8 @@ def do_attr(env: Any, obj: Any, name: str) -> Any:
     a missing one gives an undefined value.
     """
     if not isinstance(name, str):
+        # Python's own TypeError, worded as this Python version words it (Jinja2 shows it)
+        hasattr(obj, name)
         raise TypeError(f"attribute name must be string, not {type(name).__name__!r}")
     value = env.sandbox.attribute(obj, name)
     if value is MISSING:
