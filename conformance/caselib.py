@@ -38,6 +38,7 @@ MEMORY_ADDRESS_RE = re.compile(r" at 0x[0-9a-f]+")
 # engine reports as a TemplateRuntimeError.
 ERROR_FAMILIES = {
     "TemplateSyntaxError": "TemplateSyntaxError",
+    "TemplateAssertionError": "TemplateAssertionError",
     # Python's SyntaxError: Jinja2 emits it from from_string() when the
     # generated code is invalid ({% break %} / {% continue %} outside a loop).
     # It is a compile-time template error, so the engine reports it as one.

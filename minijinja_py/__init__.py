@@ -12,7 +12,7 @@ use (``import minijinja_py`` stays in the low milliseconds, see benchmarks/).
 """
 
 from .exceptions import (DeadlineExceededError, FilterArgumentError, LimitExceededError,
-                         SecurityError,
+                         SecurityError, TemplateAssertionError,
                          SourceTooLargeError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, UndefinedError)
 
@@ -39,7 +39,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "TemplateError", "TemplateSyntaxError", "TemplateRuntimeError", "UndefinedError",
+    "TemplateError", "TemplateSyntaxError", "TemplateAssertionError", "TemplateRuntimeError",
+    "UndefinedError",
     "SecurityError", "LimitExceededError", "SourceTooLargeError", "DeadlineExceededError",
     "FilterArgumentError",
     "__version__",

@@ -24,8 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from . import nodes as n
-from .exceptions import (LimitExceededError, TemplateError, TemplateRuntimeError,
-                         TemplateSyntaxError, TemplateTypeError, wrap_python_error)
+from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateError,
+                         TemplateRuntimeError, TemplateSyntaxError, TemplateTypeError,
+                         wrap_python_error)
 from .arith import apply as arith_apply
 from .codegen import HOT_ITERATIONS, generate as generate_body, generate_loop
 from .codegen import to_text as _to_text
@@ -204,6 +205,9 @@ class Compiler:
         symbols = analyse_frame(statements, self.outer_refs, declared)
         saved = self.outer_refs
         self.outer_refs = symbols.refs()
+        # Jinja2 defers unknown filters and tests only in the frame of the `if` that guards
+        # them; a loop, macro or block inside it is a frame of its own, checked when compiled
+        saved_in_if, self.in_if = self.in_if, 0
         # Defaults run while the parameters are still being bound: no direct local reads.
         self.local_names.append(frozenset())
         try:
@@ -215,6 +219,7 @@ class Compiler:
             body = self.body(statements)
         finally:
             self.outer_refs = saved
+            self.in_if = saved_in_if
             self.local_names.pop()
         self.compiled_extra = compiled_extra  # after the body: nested frames overwrite it
         return body, tuple(sorted(symbols.starts_undefined() - set(declared)))
@@ -430,6 +435,10 @@ class Compiler:
         assign = self.assigner(node.target)
         targets = tuple(t.name for t in _target_names(node.target))
         facts = self.body_facts(node.body)
+        if facts & _STORES_LOOP or any(t == "loop" for t in targets):
+            raise TemplateAssertionError(
+                "Can't assign to special loop variable in for-loop target", node.lineno,
+                node.column)
         # Jinja2 builds `loop` only when the body mentions it (it costs per iteration).
         uses_loop = node.recursive or bool(facts & _MENTIONS_LOOP)
         body, fresh = self.frame(node.body, targets + (("loop",) if uses_loop else ()))
@@ -1286,7 +1295,7 @@ class Compiler:
         table = self.env.filters if kind == "filter" else self.env.tests
         function = table.get(name)
         if function is None and not self.in_if:
-            raise TemplateSyntaxError(f"No {kind} named {name!r}.", node.lineno, node.column)
+            raise TemplateAssertionError(f"No {kind} named {name!r}.", node.lineno, node.column)
         return function
 
     def filter_call(self, node: n.Node) -> Callable[[Scope, Any], Any]:
@@ -1775,13 +1784,15 @@ class Compiler:
 _NESTING = (list, tuple, dict)
 
 # What a loop needs to know about its body (Compiler.body_facts), as bits.
-_MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS = 1, 2, 4
+_MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8
 
 
 def _own_facts(node: n.Node) -> int:
     kind = type(node)
     if kind is n.Name:
         return _MENTIONS_LOOP if node.name == "loop" else 0
+    if kind is n.NameTarget:
+        return _STORES_LOOP if node.name == "loop" else 0
     if kind is n.Macro:
         return _KEEPS_SCOPE | _ASSIGNS
     if kind is n.CallBlock:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "TemplateError",
     "TemplateSyntaxError",
+    "TemplateAssertionError",
     "TemplateRuntimeError",
     "UndefinedError",
     "SecurityError",
@@ -87,6 +88,11 @@ class TemplateError(Exception):
 
 class TemplateSyntaxError(TemplateError):
     """The template source could not be parsed."""
+
+
+class TemplateAssertionError(TemplateSyntaxError):
+    """A template that parses but cannot be compiled (Jinja2's name): an unknown filter or test
+    outside an ``if`` that guards it, a block defined twice, ``loop`` assigned in a loop."""
 
 
 class TemplateRuntimeError(TemplateError):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import lalr
 from . import nodes as n
 from .nodes import GC_PAUSE_SOURCE, PausedGC
-from .exceptions import LimitExceededError, TemplateSyntaxError
+from .exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
 from .limits import check_deadline
 from .scanner import BLOCK, DATA, DEADLINE_EVERY, LineIndex, Segment, scan
 
@@ -236,15 +236,27 @@ class ToAst:
             if rest[0][1] != "recursive":
                 raise self.error(f"expected 'recursive', got {rest[0][1]!r}", rest[0])
             recursive = True
+        self._check_assignable(target)
         return ("for", target, iterable, test, recursive)
 
     def set_assign(self, c):
+        self._check_assignable(c[0])
         return ("assign", c[0], c[2])
 
     def set_block(self, c):
         if isinstance(c[0], n.TupleTarget):
             raise self.error("a block assignment takes one name", c[0])
+        self._check_assignable(c[0])
         return ("block", c[0], _chain_filters(c[1:]))
+
+    def _check_assignable(self, target: n.Node) -> None:
+        """Jinja2 reads ``true``/``none``/... as constants even where a name is assigned."""
+        if isinstance(target, n.NameTarget) and target.name in _CONSTANT_NAMES:
+            raise self.error("can't assign to 'const'", target)
+        if isinstance(target, n.TupleTarget) and any(
+                isinstance(item, n.NameTarget) and item.name in _CONSTANT_NAMES
+                for item in _targets(target)):
+            raise self.error("can't assign to 'tuple'", target)
 
     def macro_tag(self, c):
         params = c[2] if isinstance(c[2], list) else []
@@ -279,7 +291,11 @@ class ToAst:
     def params(self, c):
         params = c[::2]  # param (COMMA param)* [COMMA]
         seen_default = False
+        names = set()
         for name, default, token in params:
+            if name in names:  # Jinja2: Python's SyntaxError compiling the macro
+                raise self.error(f"duplicate argument {name!r} in macro definition", token)
+            names.add(name)
             if default is not None:
                 seen_default = True
             elif seen_default:
@@ -290,6 +306,7 @@ class ToAst:
         return (c[0][1], c[2] if len(c) > 2 else None, c[0])
 
     def with_assign(self, c):
+        self._check_assignable(c[0])
         return (c[0], c[2])
 
     def filter_head(self, c):
@@ -563,6 +580,7 @@ class Parser:
         self.max_depth = 1  # the most blocks open at once (+1), and the most levels an
         self.max_tag_depth = 0  # expression of one tag can have: see _check_depth
         self.position = _position_function(self.lines.starts)
+        self.block_names: set = set()  # `{% block %}` names: Jinja2 refuses one defined twice
         self.transformer = ToAst(self.position, max_nesting, self.tables.max_rule_size)
 
     # -- helpers -------------------------------------------------------------------------
@@ -817,6 +835,10 @@ class Parser:
     def _stmt_block(self, rest, segment, stack, line, column):
         if not rest or rest[0][0] != "NAME":
             raise self.error("block name expected", line, column)
+        if rest[0][1] in self.block_names:
+            raise TemplateAssertionError(f"block {rest[0][1]!r} defined twice", line, column,
+                                         self.name, self.source)
+        self.block_names.add(rest[0][1])
         self._open(stack, "block", rest[0][1], line, column)
 
     def _stmt_autoescape(self, rest, segment, stack, line, column):
@@ -827,7 +849,7 @@ class Parser:
         tag = "break" if segment.tokens[0][1] == "break" else "continue"
         self._expect_end(rest, tag, segment)
         for block in reversed(stack):
-            if block.tag in ("macro", "call"):
+            if block.tag in ("macro", "call", "block"):  # a block renders as a function
                 break
             if block.tag == "for" and block.middle != "else":
                 node_type = n.Break if tag == "break" else n.Continue
