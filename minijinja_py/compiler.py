@@ -758,6 +758,7 @@ class Compiler:
     def macro_factory(self, name: str, params: list, body_nodes: list,
                       caller_macro: bool = False) -> Callable[[Scope], Macro]:
         arg_names = tuple(p for p, _ in params)
+        shown_name = None if caller_macro else name  # a call block's macro is anonymous
         used = _referenced_names(body_nodes)
         catch_kwargs = "kwargs" in used
         catch_varargs = "varargs" in used
@@ -803,15 +804,15 @@ class Compiler:
                 elif kwargs:
                     if "caller" in kwargs:
                         raise TypeError(
-                            f"macro {name!r} was invoked with two values for the special caller"
+                            f"macro {shown_name!r} was invoked with two values for the special caller"
                             " argument. This is most likely a bug.")
                     raise TypeError(
-                        f"macro {name!r} takes no keyword argument {next(iter(kwargs))!r}")
+                        f"macro {shown_name!r} takes no keyword argument {next(iter(kwargs))!r}")
                 if catch_varargs:
                     local["varargs"] = tuple(args[count:])
                 elif len(args) > count:
                     raise TypeError(
-                        f"macro {name!r} takes not more than {count} argument(s)")
+                        f"macro {shown_name!r} takes not more than {count} argument(s)")
                 ctx.step(call_cost)
                 ctx.enter()
                 try:
@@ -822,7 +823,8 @@ class Compiler:
                 finally:
                     ctx.depth -= 1
 
-            return Macro(name, arg_names, catch_kwargs, catch_varargs, wants_caller, invoke)
+            return Macro(shown_name, arg_names, catch_kwargs, catch_varargs, wants_caller,
+                         invoke)
 
         return make
 
@@ -1981,16 +1983,25 @@ def _target_names(target: n.Node) -> List[n.Node]:
 
 
 def _referenced_names(body: List[n.Node]) -> set:
-    """Names a macro body reads, not counting nested macro definitions."""
+    """Which of ``caller``, ``kwargs`` and ``varargs`` a macro body reads, as Jinja2 decides
+    it: anywhere inside, nested macros and call blocks included, but not inside a
+    ``{% block %}``, and a name assigned before it is read is the body's own variable."""
+    candidates = {"caller", "kwargs", "varargs"}
     names = set()
-    stack: List[Any] = list(body)
-    while stack:
+    stack: List[Any] = list(reversed(body))  # in source order, as Jinja2's visitor goes
+    while stack and candidates:
         node = stack.pop()
-        if isinstance(node, n.Macro):
+        if isinstance(node, n.Scope):  # a {% block %}
             continue
         if isinstance(node, n.Name):
-            names.add(node.name)
-        stack.extend(node.iter_child_nodes())
+            if node.name in candidates:
+                names.add(node.name)
+                candidates.discard(node.name)
+        elif isinstance(node, n.NameTarget):
+            candidates.discard(node.name)
+        children = node.child_nodes()
+        children.reverse()
+        stack.extend(children)
     return names
 
 

@@ -417,7 +417,7 @@ class Macro:
         return self._invoke(args, kwargs)
 
     def __repr__(self) -> str:
-        return f"<Macro {self.name!r}>"
+        return "<Macro anonymous>" if self.name is None else f"<Macro {self.name!r}>"
 
 
 class LazySequence:
