@@ -84,6 +84,7 @@ def _end_re(kind: str) -> "re.Pattern[str]":
 
 
 _TOKEN_PATTERNS_BY_NAME = dict(_TOKEN_PATTERNS)
+_WORD_RE = re.compile(r"\w")
 # Blanks that are never given back: atomic groups and possessive quantifiers exist from Python
 # 3.11. Nothing that follows blanks here can start with a blank, so on 3.10 plain ``\s*`` reads
 # the same tokens (it only tries, and fails, to give blanks back before reporting an error).
@@ -229,6 +230,8 @@ class Scanner:
             kind, modifier = match.groups()
             # a tag that is one name (`{{ x }}`, `{% endif %}`, `{% raw %}`) and its end
             one_name = name_tag(source, body) if kind != "#" else None
+            if one_name is not None and not one_name[2].isascii():
+                one_name = None  # the general path checks non-ASCII names (see _identifier)
             raw = None
             if one_name is not None and kind == "%" and one_name[2] == "raw":
                 # `{% raw %}` is exactly a one-name block tag `raw` not ended by `+%}`
@@ -294,11 +297,19 @@ class Scanner:
                     self.check_deadline(pos)
                 match = token_at(source, pos)
                 if match is None:
+                    begin = _WHITESPACE_RE.match(source, pos).end()  # type: ignore[union-attr]
+                    if begin < length and source[begin].isidentifier():  # `℘` starts a name
+                        value, pos = self._identifier(begin)
+                        push((keywords.get(value, "NAME"), value, begin))
+                        continue
                     self._tag_error(kind, start, pos, brackets)
                 group = match.lastgroup  # type: ignore[union-attr]
                 value = match[group]  # type: ignore[index]
                 pos = match.end()  # type: ignore[union-attr]
                 if group == "NAME":
+                    if pos < length and source[pos] > "\x7f" or not value.isascii():
+                        # identifier characters beyond \w (`a·`, `℘`): rare, checked here
+                        value, pos = self._identifier(pos - len(value))
                     push((keywords.get(value, "NAME"), value, pos - len(value)))
                 elif group == "op":
                     if value in _BRACKETS:
@@ -328,6 +339,25 @@ class Scanner:
                 else:
                     push((group, value, pos - len(value)))  # type: ignore[arg-type]
         return segments
+
+    def _identifier(self, begin: int) -> Tuple[str, int]:
+        """The name starting at ``begin`` that Jinja2 reads there, and where it ends.
+
+        Jinja2 reads a name as a run of word characters and the other characters Python allows
+        in identifiers (a middle dot, combining marks, ``℘``...), then refuses one that is not
+        a Python identifier (``a²``: ``²`` is a word character but not an identifier one).
+        """
+        source = self.source
+        end = begin
+        while end < len(source):
+            char = source[end]
+            if not (_WORD_RE.match(char) or ("a" + char).isidentifier()):
+                break
+            end += 1
+        value = source[begin:end]
+        if not value.isidentifier():
+            raise self.error("Invalid character in identifier", begin)
+        return value, end
 
     def _tag_error(self, kind: str, start: int, pos: int,
                    brackets: List[Tuple[str, int]]) -> None:
