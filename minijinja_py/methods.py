@@ -225,6 +225,43 @@ STR_METHODS.update({
 })
 
 
+def _str_translate(value: str, table: Any) -> str:
+    """``str.translate``: a mapping can turn every character into a long string."""
+    if isinstance(table, dict):
+        longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
+        check_repeat_size(max(longest, 1), len(value))
+    charge(len(value) >> 4)
+    return value.translate(table)
+
+
+def _str_maketrans(value: str, *args: Any) -> dict:
+    charge(sum(len(arg) for arg in args if isinstance(arg, (str, dict))) >> 1)
+    return value.maketrans(*args)
+
+
+STR_METHODS.update({"translate": _str_translate, "maketrans": _str_maketrans})
+
+
+def _markup_method(name: str) -> Callable[..., Any]:
+    def method(value: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(value, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _markup_escape(value: Any, text: Any) -> Any:
+    """``Markup.escape(text)`` (a class method in Jinja2's Markup): ``text`` escaped."""
+    from .markup import escape
+
+    return escape(text)
+
+
+#: Markup has the str methods (they escape what they insert) and three of its own.
+MARKUP_METHODS = dict(STR_METHODS, striptags=_markup_method("striptags"),
+                      unescape=_markup_method("unescape"), escape=_markup_escape)
+
+
 def _list_method(name: str) -> Callable[..., Any]:
     def method(value: Any, *args: Any, **kwargs: Any) -> Any:
         return getattr(value, name)(*args, **kwargs)
@@ -243,8 +280,36 @@ SET_METHODS = {name: _list_method(name) for name in (
     "copy", "difference", "intersection", "isdisjoint", "issubset", "issuperset",
     "symmetric_difference", "union", "add", "clear", "discard", "pop", "remove", "update",
     "difference_update", "intersection_update", "symmetric_difference_update")}
-INT_METHODS = {name: _list_method(name) for name in ("bit_length", "conjugate")}
-FLOAT_METHODS = {name: _list_method(name) for name in ("is_integer", "conjugate")}
+def _int_to_bytes(value: int, *args: Any, **kwargs: Any) -> Any:
+    """Refused like ``str.encode``: bytes are not template values."""
+    raise SecurityError("int.to_bytes is not available: bytes are not template values")
+
+
+def _int_from_bytes(value: int, data: Any, *args: Any, **kwargs: Any) -> int:
+    """``int.from_bytes`` of a list of byte values (the only byte data a template has)."""
+    items = list(data) if isinstance(data, (list, tuple)) else data
+    if isinstance(items, list):
+        from .limits import current_limits
+
+        limits = current_limits()
+        if len(items) * 2.41 > limits.max_int_digits:  # 256 ** n has 2.41 n digits
+            raise limits.exceeded("max_int_digits",
+                                  f"integer of {len(items):,} bytes refused")
+    return int.from_bytes(items, *args, **kwargs)
+
+
+def _dict_fromkeys(value: dict, keys: Any, *args: Any) -> dict:
+    keys = list(keys)
+    check_collection_size(len(keys))
+    return dict.fromkeys(keys, *args)
+
+
+INT_METHODS = {name: _list_method(name) for name in (
+    "bit_length", "conjugate", "bit_count", "as_integer_ratio")}
+INT_METHODS.update({"to_bytes": _int_to_bytes, "from_bytes": _int_from_bytes})
+FLOAT_METHODS = {name: _list_method(name) for name in (
+    "is_integer", "conjugate", "hex", "fromhex", "as_integer_ratio")}
+DICT_METHODS["fromkeys"] = _dict_fromkeys
 
 METHODS: Dict[type, Dict[str, Callable[..., Any]]] = {
     str: STR_METHODS,
@@ -266,7 +331,13 @@ MUTATORS: Dict[type, frozenset] = {
 
 
 _TABLE_OF_CLASS: Dict[type, Any] = {cls: (table, cls) for cls, table in METHODS.items()}
-_TABLE_OF_CLASS[bool] = (None, None)
+_TABLE_OF_CLASS[bool] = (INT_METHODS, int)  # Jinja2: `true.bit_length()` is 1
+
+
+def _markup_table() -> None:
+    from .markup import Markup
+
+    _TABLE_OF_CLASS[Markup] = (MARKUP_METHODS, str)
 
 
 def method_table(obj: Any) -> Any:
@@ -274,6 +345,9 @@ def method_table(obj: Any) -> Any:
     cls = type(obj)
     found = _TABLE_OF_CLASS.get(cls)
     if found is None:
+        if cls.__name__ == "Markup" and cls.__module__ == __package__ + ".markup":
+            _markup_table()
+            return _TABLE_OF_CLASS[cls]
         found = next(((table, base) for base, table in METHODS.items() if issubclass(cls, base)),
                      (None, None))
         if len(_TABLE_OF_CLASS) < 1000:  # host classes are few; never grow without bound
