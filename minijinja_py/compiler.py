@@ -866,6 +866,14 @@ class Compiler:
 
         return with_stmt
 
+    def s_expr_stmt(self, node: n.Node) -> Stmt:
+        value = self.expr(node.node)
+
+        def do(scope: Scope, out: list) -> None:
+            value(scope)
+
+        return do
+
     def s_scope(self, node: n.Node) -> Stmt:
         saved = self.outer_refs
         self.outer_refs = frozenset()  # a block is its own frame, outside any other
@@ -2039,6 +2047,7 @@ _STATEMENTS: Dict[type, Callable[[Compiler, Any], Stmt]] = {
     n.CallBlock: Compiler.s_call_block,
     n.With: Compiler.s_with,
     n.Scope: Compiler.s_scope,
+    n.ExprStmt: Compiler.s_expr_stmt,
     n.AutoEscape: Compiler.s_autoescape,
     n.Break: Compiler.s_break,
     n.Continue: Compiler.s_continue,

@@ -11,7 +11,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     import datetime as _datetime
-    from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import deadline as _deadline
 from . import limits as _limits
@@ -26,6 +26,9 @@ from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespac
 from .sandbox import Sandbox
 
 _CACHE_SIZE = 400
+#: Jinja2's extensions this engine has (by Jinja2's import path or short name).
+_EXTENSIONS = {"jinja2.ext.do": "do", "do": "do", "jinja2.ext.loopcontrols": "loopcontrols",
+               "loopcontrols": "loopcontrols"}
 
 
 def _load_filters() -> Dict[str, Callable[..., Any]]:
@@ -46,12 +49,20 @@ class Environment:
     ``filters``, ``tests`` and ``globals`` are plain dicts: add to them before calling
     :meth:`from_string`. ``immutable=True`` refuses list/dict mutators (``append``, ``update``,
     ...) with SecurityError, as transformers' ImmutableSandboxedEnvironment does.
+    ``extensions`` takes Jinja2's names: ``"jinja2.ext.do"`` (or ``"do"``) accepts
+    ``{% do expr %}``; ``"jinja2.ext.loopcontrols"`` is accepted and always on.
     """
 
     def __init__(self, trim_blocks: bool = False, lstrip_blocks: bool = False,
                  keep_trailing_newline: bool = False, undefined: type = Undefined,
                  immutable: bool = False, limits: Optional[Limits] = None,
-                 parse_cache: bool = True) -> None:
+                 parse_cache: bool = True, extensions: Sequence[str] = ()) -> None:
+        unknown = [e for e in extensions if e not in _EXTENSIONS]
+        if unknown:
+            raise ValueError(f"unknown extension {unknown[0]!r} (available: "
+                             f"{', '.join(sorted(_EXTENSIONS))})")
+        #: `{% do expr %}` (Jinja2's `do` extension); break/continue are always on
+        self.do_statement = any(_EXTENSIONS[e] == "do" for e in extensions)
         self.trim_blocks = trim_blocks
         self.lstrip_blocks = lstrip_blocks
         self.keep_trailing_newline = keep_trailing_newline
@@ -76,7 +87,8 @@ class Environment:
             raise TypeError(f"template source must be str, not {type(source).__name__}")
         if len(source) > self.limits.max_source_size:
             raise _source_too_large(source, name, self.limits.max_source_size)
-        key = (source, name, self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline)
+        key = (source, name, self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline,
+               self.do_statement)
         cached = self._cache.pop(key, None)
         if cached is not None:
             self._cache[key] = cached  # most recently used goes last
@@ -117,7 +129,7 @@ class Environment:
     def _parse(self, source: str, name: Optional[str]) -> Any:
         """The AST: from the persistent cache when it holds this source, else parsed."""
         options = (self.trim_blocks, self.lstrip_blocks, self.keep_trailing_newline,
-                   self.limits.max_nesting)
+                   self.limits.max_nesting, self.do_statement)
         key = None
         if self.parse_cache:
             from . import diskcache
@@ -132,7 +144,7 @@ class Environment:
         ast = parse(source, name=name, trim_blocks=self.trim_blocks,
                     lstrip_blocks=self.lstrip_blocks,
                     keep_trailing_newline=self.keep_trailing_newline,
-                    max_nesting=self.limits.max_nesting)
+                    max_nesting=self.limits.max_nesting, do_statement=self.do_statement)
         if key is not None:
             from . import diskcache
 

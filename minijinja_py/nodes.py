@@ -259,6 +259,8 @@ Generation = _node("Generation", "body", "``{% generation %}`` (transformers): r
 AutoEscape = _node("AutoEscape", "enabled body",
                    "``{% autoescape expr %}``: output of expressions is HTML-escaped when true.")
 Scope = _node("Scope", "body", "A body rendered in its own scope (``{% block %}``).")
+ExprStmt = _node("ExprStmt", "node",
+                 "``{% do expr %}``: evaluate and discard (Jinja2's ``do`` extension).")
 NoLoader = _node("NoLoader", "kind",
                  "``include``/``import``/``extends``: there is no loader, so they fail at runtime.")
 

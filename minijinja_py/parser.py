@@ -567,7 +567,8 @@ class _Open:
 class Parser:
     """Parses one template source into an :class:`nodes.Template`."""
 
-    def __init__(self, source: str, *, name: Optional[str] = None, trim_blocks: bool = False,
+    def __init__(self, source: str, *, name: Optional[str] = None, do_statement: bool = False,
+                 trim_blocks: bool = False,
                  lstrip_blocks: bool = False, keep_trailing_newline: bool = False,
                  max_nesting: int = DEFAULT_MAX_NESTING) -> None:
         self.source = source
@@ -581,6 +582,7 @@ class Parser:
         self.max_tag_depth = 0  # expression of one tag can have: see _check_depth
         self.position = _position_function(self.lines.starts)
         self.block_names: set = set()  # `{% block %}` names: Jinja2 refuses one defined twice
+        self.do_statement = do_statement  # `{% do %}`: only with Jinja2's `do` extension
         self.transformer = ToAst(self.position, max_nesting, self.tables.max_rule_size)
 
     # -- helpers -------------------------------------------------------------------------
@@ -748,6 +750,8 @@ class Parser:
                 return
         line, column = self.lines.position(offset)
         handler = _STATEMENTS.get(tag) if kind in ("NAME", "IF") else None
+        if handler is None and tag == "do" and kind == "NAME" and self.do_statement:
+            handler = Parser._stmt_do
         if handler is None:
             raise self._unknown_tag(tag, stack, line, column)
         handler(self, rest, segment, stack, line, column)
@@ -856,6 +860,10 @@ class Parser:
                 stack[-1].body.append(node_type(lineno=line, column=column))
                 return
         raise self.error(f"'{tag}' is only allowed inside a loop", line, column)
+
+    def _stmt_do(self, rest, segment, stack, line, column):
+        expr = self.parse_tokens(rest, "expr_tag", segment)
+        stack[-1].body.append(n.ExprStmt(expr, lineno=line, column=column))
 
     def _stmt_no_loader(self, rest, segment, stack, line, column):
         stack[-1].body.append(n.NoLoader(segment.tokens[0][1], lineno=line, column=column))
@@ -976,10 +984,11 @@ _STATEMENTS = {
 
 def parse(source: str, *, name: Optional[str] = None, trim_blocks: bool = False,
           lstrip_blocks: bool = False, keep_trailing_newline: bool = False,
-          max_nesting: int = DEFAULT_MAX_NESTING) -> n.Template:
-    """Parse ``source`` into an AST; raises :class:`TemplateSyntaxError`."""
+          max_nesting: int = DEFAULT_MAX_NESTING, do_statement: bool = False) -> n.Template:
+    """Parse ``source`` into an AST; raises :class:`TemplateSyntaxError`. ``do_statement``
+    accepts ``{% do expr %}`` (Jinja2's ``do`` extension)."""
     with PausedGC(len(source)):
-        parser = Parser(source, name=name, trim_blocks=trim_blocks,
+        parser = Parser(source, name=name, do_statement=do_statement, trim_blocks=trim_blocks,
                         lstrip_blocks=lstrip_blocks,
                         keep_trailing_newline=keep_trailing_newline, max_nesting=max_nesting)
         return parser.parse()

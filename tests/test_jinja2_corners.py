@@ -89,3 +89,28 @@ def test_host_subclass_attributes_follow_the_sandbox_rules() -> None:
         env.from_string("{{ d._secret() }}").render(**DATA)
     with pytest.raises(mj.SecurityError):
         env.from_string("{{ u.__class__.__mro__ }}").render(**DATA)
+
+
+DO_CASES = ["{% set l = [] %}{% do l.append(1) %}{{ l }}", "{% do 1 + 1 %}x", "{% do %}",
+            "{% do x.y %}ok", "{% do undefined_fn() %}",
+            "{% for i in range(3) %}{% do i %}{% endfor %}done"]
+
+
+@pytest.mark.parametrize("source", DO_CASES)
+@pytest.mark.parametrize("immutable", [False, True], ids=["mutable", "immutable"])
+def test_do_extension_behaves_like_jinja2(source: str, immutable: bool) -> None:
+    from jinja2.sandbox import SandboxedEnvironment
+
+    reference_class = ImmutableSandboxedEnvironment if immutable else SandboxedEnvironment
+    reference = reference_class(extensions=["jinja2.ext.do"])
+    engine = mj.Environment(immutable=immutable, extensions=["jinja2.ext.do"])
+    assert _outcome(engine, source) == _outcome(reference, source)
+
+
+def test_do_is_a_syntax_error_without_the_extension() -> None:
+    with pytest.raises(mj.TemplateSyntaxError):
+        mj.chat_environment().from_string("{% do 1 %}")
+    with pytest.raises(mj.TemplateSyntaxError):
+        mj.Environment().from_string("{% do 1 %}")
+    with pytest.raises(ValueError):
+        mj.Environment(extensions=["jinja2.ext.i18n"])
