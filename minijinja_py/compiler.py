@@ -74,7 +74,7 @@ class RenderContext:
 
     __slots__ = ("env", "sandbox", "undefined", "limits", "steps", "max_steps", "depth",
                  "output_size", "max_output", "root_out", "spans", "deadline", "expired",
-                 "measured_pieces", "measured_length")
+                 "measured_pieces", "measured_length", "autoescape")
 
     def __init__(self, env: Any, root_out: list, track_spans: bool) -> None:
         self.env = env
@@ -98,6 +98,9 @@ class RenderContext:
         # {% generation %} block measures only what was added since the last one.
         self.measured_pieces = 0
         self.measured_length = 0
+        # Inside `{% autoescape true %}` now (Jinja2's eval context): macro output and `set`
+        # captures made meanwhile are Markup
+        self.autoescape = False
 
     def root_length(self) -> int:
         """Characters the top-level output holds so far."""
@@ -189,6 +192,7 @@ class Compiler:
         self.sandbox = env.sandbox
         self.in_if = 0  # inside an `if`, unknown filters/tests fail at render time (Jinja2)
         self.facts: Dict[int, int] = {}  # node id -> what its subtree holds (body_facts)
+        self.blocks: Dict[str, Callable[[Any], str]] = {}  # {% block %} name -> self.name()
         self.autoescape = False  # inside `{% autoescape true %}`
         self.outer_refs: FrozenSet[str] = frozenset()  # names enclosing frames know
         # Names certainly bound in the innermost scope at run time (loop targets, macro
@@ -228,11 +232,14 @@ class Compiler:
         return name in self.local_names[-1]
 
     # -- entry points --------------------------------------------------------------------
-    def compile_template(self, template: n.Template) -> Tuple[Stmt, Tuple[str, ...]]:
-        """The root frame's code and the names it starts undefined."""
+    def compile_template(self, template: n.Template
+                         ) -> Tuple[Stmt, Tuple[str, ...], Dict[str, Callable[[Any], str]]]:
+        """The root frame's code, the names it starts undefined, and its blocks (for
+        ``self.name()``)."""
         self.outer_refs = frozenset()
         self.facts = _subtree_facts(template)
-        return self.frame(template.body)
+        root, fresh = self.frame(template.body)
+        return root, fresh, dict(self.blocks)
 
     def body_facts(self, statements: List[n.Node]) -> int:
         """What a body holds anywhere inside it (_MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS)."""
@@ -371,16 +378,23 @@ class Compiler:
     def s_autoescape(self, node: n.Node) -> Stmt:
         enabled = self.truth(node.enabled)
         saved = self.autoescape
-        try:
+        try:  # a frame of its own: what is set inside stays inside, as in Jinja2
             self.autoescape = True
-            escaped = self.body(node.body)
+            escaped, fresh = self.frame(node.body)
             self.autoescape = False
-            plain = self.body(node.body)
+            plain, _ = self.frame(node.body)
         finally:
             self.autoescape = saved
 
         def autoescape(scope: Scope, out: list) -> Any:
-            return (escaped if enabled(scope) else plain)(scope, out)
+            ctx = scope.ctx
+            inner = Scope(_fresh(fresh, ctx), scope, ctx)
+            on = enabled(scope)
+            saved_state, ctx.autoescape = ctx.autoescape, on
+            try:
+                return (escaped if on else plain)(inner, out)
+            finally:
+                ctx.autoescape = saved_state
 
         return autoescape
 
@@ -697,6 +711,8 @@ class Compiler:
             if signal is not None:
                 return signal
             value: Any = scope.ctx.captured(buffer, before)
+            if scope.ctx.autoescape:  # inside `{% autoescape true %}`: escaped already
+                value = _safe(value)
             if apply_filter is not None:
                 value = apply_filter(scope, value)
             assign(scope, value)
@@ -819,7 +835,9 @@ class Compiler:
                     buffer: list = []
                     before = ctx.output_size
                     body(scope, buffer)
-                    return ctx.captured(buffer, before)
+                    text = ctx.captured(buffer, before)
+                    # called inside `{% autoescape true %}`: its output is Markup (Jinja2)
+                    return _safe(text) if ctx.autoescape else text
                 finally:
                     ctx.depth -= 1
 
@@ -875,21 +893,47 @@ class Compiler:
         return do
 
     def s_scope(self, node: n.Node) -> Stmt:
+        """``{% block %}``: rendered where it stands, and callable as ``self.name()``. A block
+        sees the template's variables, not the loop or macro around it, unless ``scoped``."""
         saved = self.outer_refs
-        self.outer_refs = frozenset()  # a block is its own frame, outside any other
+        if not node.scoped:
+            self.outer_refs = frozenset()  # its own frame, outside any other
         try:
             body, fresh = self.frame(node.body)
         finally:
             self.outer_refs = saved
+        name = node.name
+        block_cost = body_cost(node.body)
 
-        def scoped(scope: Scope, out: list) -> Any:
-            # A block sees the template's variables, not the loop or macro around it.
+        def render_block(scope: Scope, out: list) -> Any:
+            if node.required:
+                raise _locate(TemplateRuntimeError(f"Required block {name!r} not found"), node)
+            return body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), out)
+
+        def call_block(root: Scope) -> str:
+            """``self.name()``: the block rendered again, in the template's own scope."""
+            ctx = root.ctx
+            ctx.step(CALL_STEPS + block_cost)
+            ctx.enter()  # a block may call itself: bounded like a macro
+            try:
+                buffer: list = []
+                before = ctx.output_size
+                render_block(root, buffer)
+                return ctx.captured(buffer, before)
+            finally:
+                ctx.depth -= 1
+
+        self.blocks[name] = call_block
+        if node.scoped:
+            return render_block
+
+        def in_root_scope(scope: Scope, out: list) -> Any:
             root = scope
             while root.parent is not None and root.parent.parent is not None:
                 root = root.parent
-            return body(Scope(_fresh(fresh, scope.ctx), root, scope.ctx), out)
+            return render_block(root, out)
 
-        return scoped
+        return in_root_scope
 
     def s_break(self, node: n.Node) -> Stmt:
         def break_(scope: Scope, out: list) -> str:
@@ -1792,6 +1836,14 @@ class Compiler:
 
 
 _NESTING = (list, tuple, dict)
+
+
+def _safe(text: str) -> Any:
+    """Text made inside ``{% autoescape true %}`` (a macro's output, a ``set`` capture):
+    already escaped, so Markup."""
+    from .markup import Markup
+
+    return Markup(text)
 
 # What a loop needs to know about its body (Compiler.body_facts), as bits.
 _MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8

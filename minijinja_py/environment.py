@@ -100,7 +100,7 @@ class Environment:
         try:
             ast = self._parse(source, name)
             try:
-                compiled = Compiler(self).compile_template(ast)  # (root code, fresh names)
+                compiled = Compiler(self).compile_template(ast)  # (root, fresh names, blocks)
             except TemplateError:
                 raise
             except Exception:
@@ -242,7 +242,7 @@ class Template:
         self.environment = environment
         self.source = source
         self.name = name
-        self.ast, (self._root, self._fresh) = environment._compile(source, name)
+        self.ast, (self._root, self._fresh, self._blocks) = environment._compile(source, name)
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         """Render with variables given as a dict and/or keyword arguments."""
@@ -261,6 +261,8 @@ class Template:
         for fresh_name in self._fresh:
             variables[fresh_name] = env.undefined(name=fresh_name)
         root = Scope(variables, Scope(env.globals, None, ctx), ctx)
+        if self._blocks and "self" not in variables:  # `self.name()` renders a block again
+            variables["self"] = TemplateReference(self._blocks, root)
         _limits.ensure_recursion_headroom(env.limits)
         limits_token = _limits.activate(ctx)
         sandbox_token = _sandbox.activate(env.sandbox)

@@ -258,7 +258,9 @@ Continue = _node("Continue", "", "``{% continue %}``.")
 Generation = _node("Generation", "body", "``{% generation %}`` (transformers): records its span.")
 AutoEscape = _node("AutoEscape", "enabled body",
                    "``{% autoescape expr %}``: output of expressions is HTML-escaped when true.")
-Scope = _node("Scope", "body", "A body rendered in its own scope (``{% block %}``).")
+Scope = _node("Scope", "name scoped required body",
+              "``{% block name [scoped] [required] %}``: rendered where it stands in its own "
+              "scope, and callable as ``self.name()``.")
 ExprStmt = _node("ExprStmt", "node",
                  "``{% do expr %}``: evaluate and discard (Jinja2's ``do`` extension).")
 NoLoader = _node("NoLoader", "kind",

@@ -759,7 +759,7 @@ class Parser:
     def _expect_end(self, rest: list, tag: str, segment: Segment,
                     block: Optional["_Open"] = None) -> None:
         if (rest and tag == "endblock" and len(rest) == 1 and rest[0][0] == "NAME"
-                and block is not None and rest[0][1] == block.head):
+                and block is not None and rest[0][1] == block.head[0]):
             return
         if rest:
             line, column = self.lines.position(rest[0][2])
@@ -843,7 +843,13 @@ class Parser:
             raise TemplateAssertionError(f"block {rest[0][1]!r} defined twice", line, column,
                                          self.name, self.source)
         self.block_names.add(rest[0][1])
-        self._open(stack, "block", rest[0][1], line, column)
+        modifiers = [token[1] for token in rest[1:]]
+        for token in rest[1:]:
+            if token[0] != "NAME" or token[1] not in ("scoped", "required"):
+                raise self.error(f"expected token 'end of statement block', got {token[1]!r}",
+                                 *self.position(token[2]))
+        self._open(stack, "block", (rest[0][1], "scoped" in modifiers, "required" in modifiers),
+                   line, column)
 
     def _stmt_autoescape(self, rest, segment, stack, line, column):
         self._open(stack, "autoescape", self.parse_tokens(rest, "expr_tag", segment), line,
@@ -951,6 +957,16 @@ def _close_call(block: _Open) -> n.Node:
     return n.CallBlock(call, params, block.body)
 
 
+def _close_block(block: _Open) -> n.Node:
+    name, scoped, required = block.head
+    if required and any(not isinstance(item, n.Output) or not all(
+            isinstance(part, n.TemplateData) and not part.data.strip() for part in item.nodes)
+            for item in block.body):
+        raise TemplateSyntaxError("Required blocks can only contain comments or whitespace",
+                                  block.lineno, block.column)
+    return n.Scope(name, scoped, required, block.body)
+
+
 _CLOSERS = {
     "if": _close_if,
     "for": _close_for,
@@ -961,7 +977,7 @@ _CLOSERS = {
     "with": lambda block: n.With([t for t, _ in block.head], [v for _, v in block.head],
                                  block.body),
     "generation": lambda block: n.Generation(block.body),
-    "block": lambda block: n.Scope(block.body),
+    "block": _close_block,
     "autoescape": lambda block: n.AutoEscape(block.head, block.body),
 }
 

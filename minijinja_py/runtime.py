@@ -446,13 +446,43 @@ class LazySequence:
 
 
 class TemplateReference:
-    """``self`` in a template, as Jinja2 provides it; inert here (no blocks to call)."""
+    """``self`` in a template, as Jinja2 provides it: ``self.name()`` renders the block
+    ``name`` again (a template without blocks has an inert one)."""
 
-    __slots__ = ()
+    __slots__ = ("_blocks", "_root")
     template_attributes: frozenset = frozenset()
+
+    def __init__(self, blocks: Optional[Dict[str, Callable[[Any], str]]] = None,
+                 root: Any = None) -> None:
+        self._blocks = blocks or {}
+        self._root = root
+
+    def _template_getattr(self, name: str) -> Any:
+        render = self._blocks.get(name)
+        if render is None:
+            return MISSING
+        return BlockReference(name, render, self._root)
 
     def __repr__(self) -> str:
         return "<TemplateReference None>"
+
+
+class BlockReference:
+    """``self.name``: calling it renders the block ``name`` in the template's own scope."""
+
+    __slots__ = ("name", "_render", "_root")
+    template_attributes: frozenset = frozenset()
+
+    def __init__(self, name: str, render: Callable[[Any], str], root: Any) -> None:
+        self.name = name
+        self._render = render
+        self._root = root
+
+    def __call__(self) -> str:
+        return self._render(self._root)
+
+    def __repr__(self) -> str:
+        return f"<BlockReference {self.name!r}>"
 
 
 class GlobalFunction:

@@ -21,13 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
-from .runtime import (MISSING, BoundMethod, Cycler, GlobalFunction, GuardedNamespace,
+from .runtime import (MISSING, BlockReference, BoundMethod, Cycler, GlobalFunction, GuardedNamespace,
                       HostMethod, Joiner, MutatorMethod, RuntimeMethod, LazySequence, LoopContext, Macro, Namespace,
                       TemplateDict,
                       TemplateReference, Undefined, unsafe_undefined)
 
 _NAMESPACES = frozenset({Namespace, GuardedNamespace})
 _RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence, TemplateDict,
+                  BlockReference,
                   GlobalFunction, HostMethod, TemplateReference)
 _METHOD_TYPES = (types.BuiltinMethodType, types.MethodType, types.MethodWrapperType)
 _UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)
@@ -129,7 +130,7 @@ class Sandbox:
             # they exist, so their internals can never be probed.
             if name[:1] == "_":
                 return unsafe_undefined(obj, name, self.undefined)
-            if isinstance(obj, Namespace):
+            if isinstance(obj, (Namespace, TemplateReference)):
                 return obj._template_getattr(name)
             if name in type(obj).template_attributes:
                 value = getattr(obj, name)
