@@ -31,8 +31,8 @@ from .limits import check_deadline
 from .scanner import BLOCK, DATA, DEADLINE_EVERY, LineIndex, Segment, scan
 
 DEFAULT_MAX_NESTING = 128
-START_SYMBOLS = ["print_tag", "expr_tag", "for_tag", "set_tag", "macro_tag", "signature_tag",
-                  "filter_tag", "with_tag"]
+START_SYMBOLS = ["print_tag", "expr_tag", "if_tag", "for_tag", "set_tag", "macro_tag",
+                  "signature_tag", "filter_tag", "with_tag"]
 
 # A token of a tag's interior is the scanner's tuple (type, text, offset in the normalised
 # source): the LALR driver and the transformer take them as they are (making an object per
@@ -223,6 +223,7 @@ class ToAst:
         return c[0]
 
     expr_tag = print_tag
+    if_tag = print_tag
 
     def for_tag(self, c):
         target, iterable = c[0], c[2]
@@ -476,6 +477,7 @@ class ToAst:
         return c[0]
 
     keyword_name = attr_name
+    test_keyword = attr_name
 
     def name(self, c):
         token = c[0]
@@ -742,7 +744,7 @@ class Parser:
             if tag in middles and top.middle != "else":
                 head = None
                 if tag == "elif":
-                    head = self.parse_tokens(rest, "expr_tag", segment)
+                    head = self.parse_tokens(rest, "if_tag", segment)
                 else:
                     self._expect_end(rest, tag, segment)
                 top.middle = tag
@@ -776,7 +778,7 @@ class Parser:
 
     # -- statement heads -----------------------------------------------------------------
     def _stmt_if(self, rest, segment, stack, line, column):
-        self._open(stack, "if", self.parse_tokens(rest, "expr_tag", segment), line, column)
+        self._open(stack, "if", self.parse_tokens(rest, "if_tag", segment), line, column)
 
     def _stmt_for(self, rest, segment, stack, line, column):
         depth = 0
