@@ -716,9 +716,16 @@ def test_harness_accepts_results_and_template_errors() -> None:
         assert signal.getsignal(signal.SIGALRM) is _alarm
 
 
+#: A number, none, true or false sliced (`0[:]`): Jinja2 folds such a slice through its
+#: sandbox at compile time where it can (an undefined) and raises where it cannot; the one
+#: documented difference (README, "Differences from Jinja2"), left out of the comparison.
+_FOLDED_SLICE = re.compile(r"(?<![\w.])(?:\d[\d.]*|none|true|false|None|True|False)\s*\[[^\]]*:")
+
+
 def _differential(source: str, data: Dict[str, Any]) -> None:
     """Jinja2 and minijinja_py agree: the same output, or both refuse (any error). Hypothesis
     reduces a failing example to a small template before reporting it."""
+    hypothesis.assume(not _FOLDED_SLICE.search(source))
     reference = _jinja2_render(source, copy.deepcopy(data))
     try:
         ours: tuple = ("ok", mj.chat_environment(now=_NOW).from_string(source).render(
