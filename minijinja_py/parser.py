@@ -444,6 +444,8 @@ class ToAst:
             elif kind == "keyword":
                 if dyn_kwargs is not None:
                     raise self.error("invalid syntax for function call expression", token)
+                if any(name == value[0] for name, _ in kwargs):  # Jinja2: Python's SyntaxError
+                    raise self.error(f"keyword argument repeated: {value[0]}", token)
                 kwargs.append(value)
             elif kind == "star":
                 if dyn_args is not None or dyn_kwargs is not None:

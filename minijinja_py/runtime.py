@@ -90,7 +90,7 @@ class Undefined:
     __pos__ = __neg__ = __call__ = __getitem__ = _fail_with_undefined_error
     __lt__ = __le__ = __gt__ = __ge__ = _fail_with_undefined_error
     __int__ = __float__ = __complex__ = __pow__ = __rpow__ = _fail_with_undefined_error
-    __index__ = _fail_with_undefined_error
+    # no __index__, as in Jinja2: `s[undefined]` is a TypeError inside, so an undefined
 
     def __eq__(self, other: Any) -> bool:
         return type(self) is type(other)
