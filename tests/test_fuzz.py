@@ -716,10 +716,12 @@ def test_harness_accepts_results_and_template_errors() -> None:
         assert signal.getsignal(signal.SIGALRM) is _alarm
 
 
-#: A number, none, true or false sliced (`0[:]`): Jinja2 folds such a slice through its
-#: sandbox at compile time where it can (an undefined) and raises where it cannot; the one
-#: documented difference (README, "Differences from Jinja2"), left out of the comparison.
-_FOLDED_SLICE = re.compile(r"(?<![\w.])(?:\d[\d.]*|none|true|false|None|True|False)\s*\[[^\]]*:")
+#: A literal that cannot be sliced, sliced (`0[:]`, `{}[:]`): Jinja2 folds such a slice
+#: through its sandbox at compile time where it can (an undefined) and raises where it
+#: cannot; the one documented difference (README, "Differences from Jinja2"), left out of the
+#: comparison.
+_FOLDED_SLICE = re.compile(
+    r"(?:(?<![\w.])(?:\d[\d.]*|none|true|false|None|True|False)|\})\s*\[[^\]]*:")
 
 
 def _differential(source: str, data: Dict[str, Any]) -> None:
