@@ -449,7 +449,9 @@ class Compiler:
         assign = self.assigner(node.target)
         targets = tuple(t.name for t in _target_names(node.target))
         facts = self.body_facts(node.body)
-        if facts & _STORES_LOOP or any(t == "loop" for t in targets):
+        # Jinja2 looks at the whole loop, its `else` included
+        stores_loop = (facts | (self.body_facts(node.else_) if node.else_ else 0)) & _STORES_LOOP
+        if stores_loop or any(t == "loop" for t in targets):
             raise TemplateAssertionError(
                 "Can't assign to special loop variable in for-loop target", node.lineno,
                 node.column)

@@ -320,13 +320,13 @@ def default_globals(env: Environment) -> Dict[str, Any]:
         return result
 
     return {
-        "range": GlobalFunction("range", safe_range),
+        "range": GlobalFunction("safe_range", safe_range),  # the names Jinja2 prints
         # Instances and plain functions only, never the classes: a class reached by a
         # template is shared by every render in the process (`cycler.reset(cycler)` would
         # replace a method for all of them) and its unbound methods write to any object
         # (`dict.update(messages[0], ...)` in the immutable sandbox).
         "dict": TemplateDict(),  # calls like `dict`; `dict.fromkeys` works, nothing else
-        "lipsum": GlobalFunction("lipsum", generate_lorem_ipsum),
+        "lipsum": GlobalFunction("generate_lorem_ipsum", generate_lorem_ipsum),
         "cycler": GlobalFunction("cycler", Cycler),
         "joiner": GlobalFunction("joiner", Joiner),
         "namespace": GlobalFunction("namespace", Namespace),

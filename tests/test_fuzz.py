@@ -716,24 +716,29 @@ def test_harness_accepts_results_and_template_errors() -> None:
         assert signal.getsignal(signal.SIGALRM) is _alarm
 
 
-#: A literal that cannot be sliced, sliced (`0[:]`, `{}[:]`): Jinja2 folds such a slice
-#: through its sandbox at compile time where it can (an undefined) and raises where it
-#: cannot; the one documented difference (README, "Differences from Jinja2"), left out of the
-#: comparison.
-_FOLDED_SLICE = re.compile(
-    r"(?:(?<![\w.])(?:\d[\d.]*|none|true|false|None|True|False)|\})\s*\[[^\]]*:")
+#: Our error when a value that cannot be sliced is sliced (`0[:]`, `{}[:]`, `(0)[:]`).
+#: Jinja2 folds a slice of a literal through its sandbox at compile time where it can (an
+#: undefined) and raises where it cannot: the one documented difference (README, "Differences
+#: from Jinja2"), left out of the comparison when it is what differs.
+_SLICE_ERROR = re.compile(r"is not subscriptable|unhashable type: 'slice'")
+_GLOBAL_REPR = re.compile(r"<class '|reference_jinja2|<function (raise_exception|make_strftime)")
 
 
 def _differential(source: str, data: Dict[str, Any]) -> None:
     """Jinja2 and minijinja_py agree: the same output, or both refuse (any error). Hypothesis
     reduces a failing example to a small template before reporting it."""
-    hypothesis.assume(not _FOLDED_SLICE.search(source))
     reference = _jinja2_render(source, copy.deepcopy(data))
     try:
         ours: tuple = ("ok", mj.chat_environment(now=_NOW).from_string(source).render(
             **copy.deepcopy(data)))
     except mj.TemplateError as exc:
         ours = ("error", type(exc).__name__, exc.message)
+    if reference[0] == "ok" and ours[0] == "error" and ":" in source:
+        hypothesis.assume(not _SLICE_ERROR.search(ours[2] or ""))
+    if reference[0] == "ok":
+        # the globals that are classes in Jinja2 and functions here, and the reference's own
+        # helpers, print differently (documented); what they do is compared elsewhere
+        hypothesis.assume(not _GLOBAL_REPR.search(reference[1]))
     if reference[0] == "ok":
         # printed objects show no memory address here (a documented difference)
         expected = ("ok", re.sub(r" at 0x[0-9a-f]+", "", reference[1]))
