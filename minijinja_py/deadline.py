@@ -53,8 +53,11 @@ def watch(render: Any) -> None:
         with _lock:
             if not _running:
                 _running = True
-                threading.Thread(target=_watchdog, name="minijinja_py-deadline",
-                                 daemon=True).start()
+                try:
+                    threading.Thread(target=_watchdog, name="minijinja_py-deadline",
+                                     daemon=True).start()
+                except RuntimeError:  # no thread to be had (a tight memory cap, shutdown):
+                    _running = False  # the render goes on under its step budget alone
     elif render.deadline - monotonic() < TICK:
         _wake.set()  # a very short deadline: do not wait for the next tick
 

@@ -406,6 +406,9 @@ class RenderPool:
         config.update(_interpreter_settings())
         self._config = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
         self._env = dict(os.environ)
+        # glibc reserves a 64 MB malloc arena per thread (the deadline watchdog is one), which
+        # counts against the worker's address-space cap: two arenas are plenty for a worker
+        self._env.setdefault("MALLOC_ARENA_MAX", "2")
         if not parse_cache:
             self._env["MINIJINJA_PY_CACHE"] = "0"
         self._pid = os.getpid()

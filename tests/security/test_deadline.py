@@ -226,3 +226,27 @@ def test_deadline_holds_in_a_forked_child() -> None:
         pytest.fail("the forked child's render was never stopped")
     with os.fdopen(read_end, "rb") as reader:
         assert reader.read() == b"deadline"
+
+
+def test_render_goes_on_when_no_watchdog_thread_can_start(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Under a tight address-space cap a thread may not start: the render still works (its
+    step budget still bounds it) and raises nothing but template errors."""
+    import threading
+
+    def refuse(self: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    watchdog._running = False  # as if no watchdog had started yet
+    try:
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        env = mj.chat_environment(limits=mj.Limits(max_steps=10_000))
+        assert env.from_string("{{ 1 + 1 }}").render() == "2"
+        with pytest.raises(mj.LimitExceededError):
+            env.from_string(SLOW_LOOPS["nested-ranges"]).render()
+        assert not watchdog._running
+    finally:
+        monkeypatch.undo()
+        # the next render starts a watchdog again (a second one, if the first still runs,
+        # only watches the same renders twice until it goes idle)
+        watchdog._running = False
