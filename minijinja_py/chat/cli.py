@@ -28,7 +28,7 @@ import datetime as _datetime
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..analysis import analyze_template
 from .pipeline import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
@@ -376,6 +376,32 @@ def _conversation_options(args: argparse.Namespace
     return now, options, variables, builtin_example
 
 
+def _with_fallback_examples(options: Dict[str, Any], builtin_example: bool,
+                            run: Callable[[Dict[str, Any]], Any]) -> Any:
+    """``run(options)``; with the built-in example, a template that refuses its tool-calling
+    conversation gets the simpler fallback examples instead (with a note saying so). Errors
+    become one :class:`DataError` about the first attempt."""
+    attempts = [("", options)]
+    if builtin_example:
+        attempts += [(label_text, {**options, "messages": messages, "tools": None})
+                     for label_text, messages in _FALLBACK_EXAMPLES]
+    first_error: Optional[BaseException] = None
+    for attempt, (fallback, attempt_options) in enumerate(attempts):
+        try:
+            result = run(attempt_options)
+        except (TemplateError, ValueError, TypeError) as exc:
+            first_error = first_error or exc
+            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError) \
+                    and not isinstance(exc, ChatTemplateValueError):
+                continue
+            raise DataError(_render_error_message(first_error)) from None
+        if fallback:
+            print(f"note: the template refused the built-in tool-calling example "
+                  f"({_one_line(first_error)}); showing {fallback} instead", file=sys.stderr)
+        return result
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
     now, options, variables, builtin_example = _conversation_options(args)
     config = _load_config(args.template)
@@ -405,24 +431,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
               f"{', '.join(f'<{token}>' for token in missing)} (set with --var "
               f"'{example}=\"...\"')", file=sys.stderr)
 
-    attempts = [("", options)]
-    if builtin_example:
-        attempts += [(label_text, {**options, "messages": messages, "tools": None})
-                     for label_text, messages in _FALLBACK_EXAMPLES]
-    first_error: Optional[BaseException] = None
-    for attempt, (fallback, attempt_options) in enumerate(attempts):
-        try:
-            result = chat_template.render_with_spans(**attempt_options, **variables)
-        except (TemplateError, ValueError, TypeError) as exc:
-            first_error = first_error or exc
-            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError) \
-                    and not isinstance(exc, ChatTemplateValueError):
-                continue
-            raise DataError(_render_error_message(first_error)) from None
-        if fallback:
-            print(f"note: the template refused the built-in tool-calling example "
-                  f"({_one_line(first_error)}); showing {fallback} instead", file=sys.stderr)
-        break
+    result = _with_fallback_examples(
+        options, builtin_example,
+        lambda attempt_options: chat_template.render_with_spans(**attempt_options, **variables))
 
     if args.json:
         payload = {"text": result.text,
@@ -502,28 +513,13 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         print("note: this template has no {% generation %} blocks, so the assistant mask is all "
               "zeros", file=sys.stderr)
 
-    attempts = [("", options)]
-    if builtin_example:
-        attempts += [(label_text, {**options, "messages": messages, "tools": None})
-                     for label_text, messages in _FALLBACK_EXAMPLES]
-    first_error: Optional[BaseException] = None
-    for attempt, (fallback, attempt_options) in enumerate(attempts):
-        try:
-            result = tokenizer.apply_chat_template(
-                chat_template=template, now=now, return_assistant_tokens_mask=args.mask,
-                sanitize_control_tokens=args.sanitize, **{
-                    ("conversation" if key == "messages" else key): value
-                    for key, value in attempt_options.items()}, **variables)
-        except (TemplateError, ValueError, TypeError) as exc:
-            first_error = first_error or exc
-            if attempt + 1 < len(attempts) and isinstance(exc, TemplateError) \
-                    and not isinstance(exc, ChatTemplateValueError):
-                continue
-            raise DataError(_render_error_message(first_error)) from None
-        if fallback:
-            print(f"note: the template refused the built-in tool-calling example "
-                  f"({_one_line(first_error)}); showing {fallback} instead", file=sys.stderr)
-        break
+    result = _with_fallback_examples(
+        options, builtin_example,
+        lambda attempt_options: tokenizer.apply_chat_template(
+            chat_template=template, now=now, return_assistant_tokens_mask=args.mask,
+            sanitize_control_tokens=args.sanitize, **{
+                ("conversation" if key == "messages" else key): value
+                for key, value in attempt_options.items()}, **variables))
 
     if args.json:
         _write(json.dumps(dict(result)) + "\n")

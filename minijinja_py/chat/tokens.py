@@ -744,21 +744,15 @@ class ChatTokenizer:
         elif padding is False or padding is None:
             strategy = None
         else:
-            value = getattr(padding, "value", padding)
-            if value not in _PADDING_VALUES:
-                raise ValueError(f"{value!r} is not a valid PaddingStrategy, please select one of "
-                                 f"{list(_PADDING_VALUES)}")
+            value = _strategy(padding, _PADDING_VALUES, "PaddingStrategy")
             strategy = None if value == "do_not_pad" else value
         if truncation is True:
             truncate = True
         elif truncation is False or truncation is None:
             truncate = False
         else:
-            value = getattr(truncation, "value", truncation)
-            if value not in _TRUNCATION_VALUES:
-                raise ValueError(f"{value!r} is not a valid TruncationStrategy, please select one "
-                                 f"of {list(_TRUNCATION_VALUES)}")
-            truncate = value != "do_not_truncate"
+            truncate = (_strategy(truncation, _TRUNCATION_VALUES, "TruncationStrategy")
+                        != "do_not_truncate")
         if max_length is not None and (not isinstance(max_length, int)
                                        or isinstance(max_length, bool) or max_length < 0):
             raise ValueError(f"max_length must be a non-negative int, not {max_length!r}")
@@ -853,6 +847,15 @@ class ChatTokenizer:
 
 
 _ANY_MARKER_RE = re.compile(f"[{CONTROL_TOKEN_START}{CONTROL_TOKEN_END}]")
+
+
+def _strategy(value: Any, allowed: Any, kind: str) -> str:
+    """A padding or truncation strategy given as a string or an enum member, checked with
+    transformers' message."""
+    value = getattr(value, "value", value)
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not a valid {kind}, please select one of {list(allowed)}")
+    return value
 
 
 def _overlap_mask(offsets: Sequence[Tuple[int, int]], spans: Sequence[Tuple[int, int]]
