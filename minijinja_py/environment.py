@@ -95,31 +95,29 @@ class Environment:
             return cached
         _limits.ensure_recursion_headroom(self.limits)
         parse_token = _limits.activate_parse(self.limits)  # the deadline of this parse
-        paused_gc = PausedGC(len(source))  # a big source: see nodes.PausedGC
-        paused_gc.__enter__()
         try:
-            ast = self._parse(source, name)
-            try:
-                compiled = Compiler(self).compile_template(ast)  # (root, fresh names, blocks)
-            except TemplateError:
-                raise
-            except Exception:
-                if not self.parse_cache:
-                    raise
-                # a cached AST this engine cannot use (corrupt or stale): parse afresh
-                self.parse_cache, saved = False, self.parse_cache
+            with PausedGC(len(source)):  # a big source: see nodes.PausedGC
+                ast = self._parse(source, name)
                 try:
-                    ast = self._parse(source, name)
-                finally:
-                    self.parse_cache = saved
-                compiled = Compiler(self).compile_template(ast)
+                    compiled = Compiler(self).compile_template(ast)  # (root, fresh, blocks)
+                except TemplateError:
+                    raise
+                except Exception:
+                    if not self.parse_cache:
+                        raise
+                    # a cached AST this engine cannot use (corrupt or stale): parse afresh
+                    self.parse_cache, saved = False, self.parse_cache
+                    try:
+                        ast = self._parse(source, name)
+                    finally:
+                        self.parse_cache = saved
+                    compiled = Compiler(self).compile_template(ast)
         except TemplateError as exc:
             exc._attach_source(name, source)
             raise
         except RecursionError:
             raise self.limits.exceeded("max_nesting", "template nested too deeply") from None
         finally:
-            paused_gc.__exit__(None, None, None)
             _limits.deactivate(parse_token)
         self._cache[key] = (ast, compiled)
         if len(self._cache) > _CACHE_SIZE:
