@@ -80,6 +80,11 @@ METHOD_WEIGHTS = {
 _SELF_CHARGED = {n.For: ("iter",), n.Macro: (), n.CallBlock: ("call",)}
 
 
+#: The views of a dict (``d.items()``...): they read and print the dict's items.
+DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+_SIZED_CONTAINERS = (list, tuple, dict, set, frozenset) + DICT_VIEWS
+
+
 def size_cost(value: Any) -> int:
     """Steps for reading or building ``value`` once (0 for scalars and small values)."""
     kind = type(value)
@@ -92,9 +97,9 @@ def size_cost(value: Any) -> int:
     # subclasses (Markup, namedtuples) and the other sized values a template can reach
     if isinstance(value, str):
         return len(value) >> CHARS_SHIFT
-    if isinstance(value, (list, tuple, dict, set, frozenset, range)):
-        return 0 if isinstance(value, range) else len(value) >> ITEMS_SHIFT
-    if type(value).__name__ in ("dict_keys", "dict_values", "dict_items"):
+    if isinstance(value, range):
+        return 0
+    if isinstance(value, _SIZED_CONTAINERS):
         return len(value) >> ITEMS_SHIFT
     return 0
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .exceptions import FilterArgumentError, LimitExceededError
-from .budget import CHARS_SHIFT, ITEM_STEPS
+from .budget import CHARS_SHIFT, DICT_VIEWS, ITEM_STEPS
 from .limits import (charge, check_collection_size, check_deadline, check_string_size,
                      current_limits)
 from .markup import Markup, escape
@@ -145,8 +145,7 @@ def _mapping_items(value: Any) -> Any:
 
 # -- size estimation ---------------------------------------------------------------------------
 
-_CONTAINERS = (list, tuple, dict, set, frozenset,
-               type({}.keys()), type({}.values()), type({}.items()))  # views print their items
+_CONTAINERS = (list, tuple, dict, set, frozenset) + DICT_VIEWS  # views print their items
 # Engine objects whose printed form shows the data they hold (``<Namespace {...}>``...).
 _HOLDERS = (Namespace, Cycler, Joiner)
 #: Characters measured at a time when the exact escaped length of a string is needed: bounds
