@@ -38,8 +38,8 @@ _UNSAFE_GENERATOR_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom",
 _MUTABLE_BASES = tuple(MUTATORS)
 _NUMBER_ATTRIBUTES = frozenset({"real", "imag", "numerator", "denominator"})
 #: Plain types whose subclasses (made by the host: namedtuples, dict subclasses) show their
-#: own attributes too, with the exact types that have none besides their methods.
-_HOST_SUBCLASS_BASES = {tuple: (tuple,), list: (list,), dict: (dict,)}
+#: own attributes too; the plain types themselves have none besides their methods.
+_HOST_SUBCLASS_BASES = frozenset({tuple, list, dict})
 
 
 def is_safe_attribute(obj: Any, attribute: str, value: Any) -> bool:
@@ -111,9 +111,7 @@ class Sandbox:
                 return getattr(obj, name)
             if name[:1] == "_" and hasattr(obj, name):
                 return unsafe_undefined(obj, name, self.undefined)
-            if type(obj) in _HOST_SUBCLASS_BASES.get(base, ()):
-                return MISSING
-            if base in _HOST_SUBCLASS_BASES:
+            if base in _HOST_SUBCLASS_BASES and type(obj) is not base:
                 # a host's subclass (a namedtuple's fields, a dict subclass's attributes):
                 # Jinja2's sandbox rules for host objects, as for any object the caller passes
                 return self._host_attribute(obj, name)
