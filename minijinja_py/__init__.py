@@ -25,6 +25,7 @@ _LAZY = {
     "Markup": "markup", "escape": "markup",
     "Undefined": "runtime", "StrictUndefined": "runtime", "ChainableUndefined": "runtime",
     "pass_environment": "runtime",
+    "ProvenanceResult": "provenance", "Run": "provenance", "Origin": "provenance",
     # the chat layer (minijinja_py/chat/), above the engine
     "ChatTemplate": "chat.pipeline", "RenderResult": "chat.pipeline",
     "apply_chat_template": "chat.pipeline", "ChatTemplateValueError": "chat.pipeline",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .environment import Environment, Template, chat_environment
     from .limits import Limits
     from .markup import Markup, escape
+    from .provenance import Origin, ProvenanceResult, Run
     from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
 
 

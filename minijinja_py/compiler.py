@@ -112,6 +112,8 @@ class RenderContext:
         return self.measured_length
 
     activity = "render"  # what check_deadline() calls the work in progress
+    #: Joins output pieces (a provenance render keeps their origins: see provenance.py).
+    join = staticmethod("".join)
 
     def expire(self) -> None:
         """Called by the watchdog thread once the deadline has passed: every step check
@@ -148,7 +150,7 @@ class RenderContext:
         or filter block): it is counted again where it is printed, so it leaves the output
         count here and is charged as work instead (it is a string the render built)."""
         self.check_output()
-        text = "".join(buffer)
+        text = self.join(buffer)
         self.output_size = before
         self.charge(len(text) >> CHARS_SHIFT)
         return text
@@ -186,6 +188,12 @@ _COMPARE: Dict[str, Callable[[Any, Any], Any]] = {
 
 class Compiler:
     """Compiles one template's AST for one environment."""
+
+    #: Hot loop bodies become generated Python (codegen.py); the provenance compiler, whose
+    #: values carry origins that generated code would not keep, turns this off.
+    generates_code = True
+    expressions: Dict[type, Callable[["Compiler", Any], Expr]]  # node type -> method
+    statements: Dict[type, Callable[["Compiler", Any], Stmt]]
 
     def __init__(self, env: Any) -> None:
         self.env = env
@@ -254,10 +262,10 @@ class Compiler:
         return found
 
     def expr(self, node: n.Node) -> Expr:
-        return _EXPRESSIONS[type(node)](self, node)
+        return self.expressions[type(node)](self, node)
 
     def stmt(self, node: n.Node) -> Stmt:
-        return _STATEMENTS[type(node)](self, node)
+        return self.statements[type(node)](self, node)
 
     def body(self, statements: List[n.Node]) -> Stmt:
         compiled = [self.stmt(s) for s in statements]
@@ -482,10 +490,11 @@ class Compiler:
         generated: List[Stmt] = []
         generated_loop: List[Any] = []
         iterations = [0]
+        hot_after = HOT_ITERATIONS if self.generates_code else float("inf")
 
         def is_hot(count: int) -> bool:
             iterations[0] += count
-            return iterations[0] >= HOT_ITERATIONS
+            return iterations[0] >= hot_after
 
         def hot_body() -> Stmt:
             if not generated:
@@ -961,7 +970,7 @@ class Compiler:
             if signal is not None:
                 return signal
             scope.ctx.check_output()
-            text = "".join(buffer)
+            text = scope.ctx.join(buffer)
             ctx = scope.ctx
             if ctx.spans is not None:
                 # transformers measures everything the top-level render has produced so far,
@@ -2108,6 +2117,10 @@ _STATEMENTS: Dict[type, Callable[[Compiler, Any], Stmt]] = {
     n.Generation: Compiler.s_generation,
     n.NoLoader: Compiler.s_no_loader,
 }
+
+# dispatch tables of this class (a subclass compiling differently brings its own)
+Compiler.expressions = _EXPRESSIONS
+Compiler.statements = _STATEMENTS
 
 __all__ = ["Compiler", "Scope", "RenderContext", "BREAK", "CONTINUE", "to_output",
            "LimitExceededError", "BoundMethod", "unsafe_undefined"]

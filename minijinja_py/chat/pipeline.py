@@ -430,6 +430,37 @@ class ChatTemplate:
         return self._render(messages, tools, documents, add_generation_prompt,
                             continue_final_message, template_kwargs, True)
 
+    def render_with_provenance(self, /, messages: Any, tools: Optional[Sequence[Any]] = None,
+                               documents: Optional[Sequence[Any]] = None,
+                               add_generation_prompt: bool = False,
+                               continue_final_message: Union[bool, str] = False,
+                               **template_kwargs: Any) -> "ProvenanceResult":
+        """Like :meth:`render_with_spans`, and also say where every character came from: a
+        :class:`~minijinja_py.provenance.ProvenanceResult` whose ``runs`` name the template
+        literal or the input path (``messages[2].content``, ``tools[0].function.name``,
+        ``bos_token``...) of each piece of ``text`` (see
+        :meth:`minijinja_py.Template.render_with_provenance`). ``text`` and
+        ``generation_spans`` equal :meth:`render_with_spans`' ones.
+        """
+        from .. import ProvenanceResult
+
+        variables, final_text = self._prepare(messages, tools, documents, add_generation_prompt,
+                                              continue_final_message, template_kwargs)
+        result = self.template.render_with_provenance(variables)
+        if final_text is None:
+            return result
+        text = _cut_at_marker(result.text, final_text)
+        runs = [run for run in result.runs if run.start < len(text)]
+        if runs:
+            runs[-1].end = min(runs[-1].end, len(text))
+        return ProvenanceResult(text, runs, _clip_spans(result.generation_spans, len(text)))
+
+    def trusted_variables(self, template_kwargs: Optional[Mapping[str, Any]] = None
+                          ) -> frozenset:
+        """The variables the model's own config supplies (``bos_token``, ``eos_token``...)
+        and the caller did not override: their text is the tokenizer's, not the caller's."""
+        return frozenset(self.special_tokens) - frozenset(template_kwargs or ())
+
     def template_variables(self, /, messages: Any, tools: Optional[Sequence[Any]] = None,
                            documents: Optional[Sequence[Any]] = None,
                            add_generation_prompt: bool = False,

@@ -1,0 +1,1112 @@
+"""Provenance: which input, or which piece of template text, wrote each output character.
+
+A provenance render (:meth:`Template.render_with_provenance`) runs the template compiled a
+second time by :class:`provenance_compiler.ProvenanceCompiler`, over a copy of the variables in
+which every string is a :class:`PStr` and every number a :class:`PInt` / :class:`PFloat`: values
+that behave exactly like ``str``, ``int`` and ``float`` and also carry where their characters came
+from. The template's own string constants and text become PStr too (origin "template", with
+line and column). Operations keep the origins of what they copy:
+
+- ``+``, ``~``, ``*``, slices, iteration, ``%`` and ``format``, and the str methods that copy
+  text (``strip``, ``split``, ``replace``, ``join``, ``partition`` ...) map each result
+  character to the character it copies ("input" with the offset in that input string, or
+  "template" with the literal's position);
+- a transformation (case change, JSON escaping, number printing ...) marks what it makes as
+  "derived" from the input paths it read, per character where the transformation keeps
+  lengths;
+- anything else an operation returns from tainted operands is "derived" from all of them: an
+  operation this module does not know can only make origins coarser, never lose them. A str
+  with no origins at all reaching the output (some runtime object made it) is "unknown".
+
+The plain render path never sees these classes: it is compiled separately and pays nothing.
+Booleans and None cannot be subclassed in Python, so they carry no origin of their own; read
+out of an input and printed, they count as template text (see README "Provenance").
+"""
+
+from __future__ import annotations
+
+import json
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+__all__ = ["Origin", "Run", "ProvenanceResult", "PStr", "PInt", "PFloat", "wrap_variables",
+           "template_string", "runs_of", "join_pieces", "settle", "UNKNOWN_PATH"]
+
+#: The path a "derived" origin names when part of it came from a str without origins.
+UNKNOWN_PATH = "?"
+
+# A source, as held inside runs (tuples, cheap to compare):
+#   ("template", line, column)   a literal of the template (offset: within the literal, or -1
+#                                when the text was computed from literals)
+#   ("input", path)              an input string copied verbatim (offset: within that string)
+#   ("derived", frozenset(paths)) made from those inputs by a transformation (offset -1)
+# A run is (start, end, source, offset), the offset being that of the run's first character.
+_DERIVED = "derived"
+_INPUT = "input"
+_TEMPLATE = "template"
+_UNKNOWN_SOURCE = (_DERIVED, frozenset((UNKNOWN_PATH,)))
+#: Text computed by the template from no input at all (numbers it counted, a bool it printed).
+_COMPUTED = (_TEMPLATE, 0, 0)
+
+
+class Origin:
+    """Where a run of output characters came from (see :class:`Run`)."""
+
+    __slots__ = ("kind", "path", "offset", "paths", "line", "column")
+
+    def __init__(self, kind: str, path: Optional[str] = None, offset: Optional[int] = None,
+                 paths: Tuple[str, ...] = (), line: Optional[int] = None,
+                 column: Optional[int] = None) -> None:
+        self.kind = kind
+        self.path = path
+        self.offset = offset
+        self.paths = paths
+        self.line = line
+        self.column = column
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__
+                if getattr(self, name) not in (None, ())}
+
+    def __repr__(self) -> str:
+        if self.kind == "input":
+            return f"input {self.path}[{self.offset}:]"
+        if self.kind == "template":
+            at = "" if self.offset is None else f" +{self.offset}"
+            return f"template {self.line}:{self.column}{at}"
+        return f"{self.kind} from {', '.join(self.paths)}"
+
+
+class Run:
+    """Output characters ``[start, end)`` and their origin.
+
+    ``origin.kind`` is ``"template"`` (the template's own text or string constants, or text it
+    computed from them alone: ``line``/``column`` locate the literal, ``offset`` is the
+    position inside it when copied verbatim), ``"input"`` (a verbatim copy of
+    ``origin.path`` starting at character ``origin.offset`` of that string), ``"derived"``
+    (computed from the inputs ``origin.paths``) or ``"unknown"`` (made by something that kept
+    no record; treat it as input).
+    """
+
+    __slots__ = ("start", "end", "origin")
+
+    def __init__(self, start: int, end: int, origin: Origin) -> None:
+        self.start = start
+        self.end = end
+        self.origin = origin
+
+    @property
+    def from_input(self) -> bool:
+        """Whether any input (or an unknown source) wrote these characters."""
+        return self.origin.kind != "template"
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"start": self.start, "end": self.end, **self.origin.as_dict()}
+
+    def __repr__(self) -> str:
+        return f"Run({self.start}, {self.end}, {self.origin!r})"
+
+
+class ProvenanceResult:
+    """What :meth:`Template.render_with_provenance` returns: the text (identical to
+    ``render()``'s), the runs covering it in order, and the ``{% generation %}`` spans."""
+
+    __slots__ = ("text", "runs", "generation_spans")
+
+    def __init__(self, text: str, runs: List[Run], generation_spans: List[Tuple[int, int]]
+                 ) -> None:
+        self.text = text
+        self.runs = runs
+        self.generation_spans = generation_spans
+
+    def origin_at(self, index: int) -> Origin:
+        """The origin of character ``index`` of the text."""
+        import bisect
+
+        position = bisect.bisect_right([run.start for run in self.runs], index) - 1
+        return self.runs[position].origin
+
+    def input_mask(self) -> List[bool]:
+        """One flag per character: True where any input (or an unknown source) wrote it."""
+        mask = [False] * len(self.text)
+        for run in self.runs:
+            if run.from_input:
+                mask[run.start:run.end] = [True] * (run.end - run.start)
+        return mask
+
+    def paths_at(self, index: int) -> Tuple[str, ...]:
+        """The input paths character ``index`` comes from (empty: template text)."""
+        origin = self.origin_at(index)
+        if origin.kind == "input":
+            return (origin.path,)
+        return origin.paths
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"text": self.text, "runs": [run.as_dict() for run in self.runs],
+                "generation_spans": [list(span) for span in self.generation_spans]}
+
+
+# ---- runs ------------------------------------------------------------------------------------
+
+def runs_of(value: str) -> Tuple[Tuple[int, int, tuple, int], ...]:
+    """The internal runs of a str: its own, or one "unknown" run for a str without origins."""
+    if type(value) is PStr:
+        return value._runs
+    return ((0, len(value), _UNKNOWN_SOURCE, -1),) if value else ()
+
+
+def _append(runs: list, start: int, end: int, source: tuple, offset: int) -> None:
+    """Add a run, merged with the previous one when it continues it."""
+    if start >= end:
+        return
+    if runs:
+        last = runs[-1]
+        if last[2] == source and last[1] == start and (
+                source[0] == _DERIVED or (offset >= 0 and last[3] >= 0
+                                          and last[3] + (last[1] - last[0]) == offset)):
+            runs[-1] = (last[0], end, source, last[3])
+            return
+    runs.append((start, end, source, offset))
+
+
+def _shifted(runs: list, pieces: Iterable[str]) -> None:
+    """Append the runs of each piece in turn, shifted to follow what ``runs`` covers."""
+    position = runs[-1][1] if runs else 0
+    for piece in pieces:
+        for start, end, source, offset in runs_of(piece):
+            _append(runs, start + position, end + position, source, offset)
+        position += len(piece)
+
+
+def _sliced(runs: Sequence[tuple], begin: int, stop: int, into: Optional[list] = None,
+            at: int = 0) -> list:
+    """The runs of characters ``[begin, stop)``, moved to start at ``at``."""
+    result = [] if into is None else into
+    for start, end, source, offset in runs:
+        if end <= begin:
+            continue
+        if start >= stop:
+            break
+        low, high = max(start, begin), min(end, stop)
+        _append(result, low - begin + at, high - begin + at, source,
+                offset + (low - start) if offset >= 0 else -1)
+    return result
+
+
+def _char_source(runs: Sequence[tuple], index: int) -> Tuple[tuple, int]:
+    for start, end, source, offset in runs:
+        if start <= index < end:
+            return source, (offset + index - start if offset >= 0 else -1)
+    return _UNKNOWN_SOURCE, -1
+
+
+def _make(text: str, runs: list) -> str:
+    if not text:
+        return text
+    result = PStr(text)
+    result._runs = tuple(runs)
+    return result
+
+
+def _derived_source(sources: Iterable[tuple]) -> Optional[tuple]:
+    """The source of text computed from these sources: derived from their inputs, or the
+    first template literal's (computed) when only template text went in; None: nothing."""
+    paths = set()
+    template = None
+    for source in sources:
+        if source[0] == _TEMPLATE:
+            if template is None:
+                template = source
+        elif source[0] == _INPUT:
+            paths.add(source[1])
+        else:
+            paths.update(source[1])
+    if paths:
+        return (_DERIVED, frozenset(paths))
+    return template
+
+
+def sources_of(value: Any, limit: int = 100_000) -> List[tuple]:
+    """The sources of everything inside ``value`` (strings, numbers, containers), at most
+    ``limit`` items looked at (past that, the remaining ones count as unknown)."""
+    found: List[tuple] = []
+    stack = [value]
+    seen = 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > limit:
+            found.append(_UNKNOWN_SOURCE)
+            break
+        kind = type(item)
+        if kind is PStr:
+            found.extend(run[2] for run in item._runs)
+            continue
+        if kind is PInt or kind is PFloat:
+            found.append(item._source)
+            continue
+        if kind is str and item:
+            found.append(_UNKNOWN_SOURCE)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    return found
+
+
+def derive(text: str, *inputs: Any) -> str:
+    """``text`` computed from ``inputs`` by an operation that does not say which character
+    came from where: every character derived from all of their sources (template text when
+    only template text went in; a str without origins, counted unknown)."""
+    if not isinstance(text, str) or not text:
+        return text
+    source = _derived_source(source for value in inputs for source in sources_of(value))
+    if source is None:
+        source = _COMPUTED
+    return _make(text, [(0, len(text), source, -1)])
+
+
+def charwise(result: str, value: str) -> str:
+    """``result`` made from ``value`` one character for one character (a case change): each
+    character keeps its own source, turned into "derived" (or computed template)."""
+    if len(result) != len(value):
+        return derive(result, value)
+    runs: list = []
+    for start, end, source, _ in runs_of(value):
+        if source[0] == _INPUT:
+            source = (_DERIVED, frozenset((source[1],)))
+        _append(runs, start, end, source, -1)
+    return _make(result, runs)
+
+
+def _with_runs(text: str, runs: list, *inputs: Any) -> str:
+    """``text`` with the runs a tracer worked out, checked: each verbatim run must equal what
+    it claims to copy; otherwise the whole text is derived (a tracer can only be imprecise,
+    never wrong)."""
+    if runs and runs[-1][1] == len(text) and runs[0][0] == 0:
+        return _make(text, runs)
+    return derive(text, *inputs)
+
+
+# ---- values that carry origins ---------------------------------------------------------------
+
+class PStr(str):
+    """A str that knows the origin of each of its characters (``_runs``)."""
+
+    _runs: Tuple[tuple, ...] = ()
+
+    def __str__(self) -> str:
+        return self
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return self
+        return derive(str.__format__(self, spec), self)
+
+    # -- operators that copy --------------------------------------------------------------
+    def __add__(self, other: Any) -> Any:
+        if not isinstance(other, str):
+            return _reflected(self, other, "__radd__", str.__add__)
+        result = str.__add__(self, other)
+        runs = list(self._runs)
+        _shifted(runs, (other,))
+        return _make(result, runs)
+
+    def __radd__(self, other: Any) -> Any:
+        if not isinstance(other, str):
+            return NotImplemented
+        result = str.__add__(other, self)
+        runs: list = []
+        _shifted(runs, (other, self))
+        return _make(result, runs)
+
+    def __mul__(self, count: Any) -> Any:
+        if not isinstance(count, int):
+            return _reflected(self, count, "__rmul__", str.__mul__)
+        result = str.__mul__(self, count)
+        if not result:
+            return result
+        runs: list = []
+        _shifted(runs, [self] * (len(result) // len(self)))
+        return _make(result, runs)
+
+    __rmul__ = __mul__
+
+    def __mod__(self, values: Any) -> Any:
+        result = str.__mod__(self, values)
+        if result is NotImplemented:
+            return result
+        return _formatted(result, self, values, lambda fmt, args: str.__mod__(fmt, args))
+
+    def __rmod__(self, template: Any) -> Any:
+        if not isinstance(template, str):
+            return NotImplemented
+        return derive(str.__mod__(template, self), template, self)
+
+    def __getitem__(self, key: Any) -> Any:
+        result = str.__getitem__(self, key)
+        if not result:
+            return result
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step == 1:
+                return _make(result, _sliced(self._runs, start, stop))
+            runs: list = []
+            for position, index in enumerate(range(start, stop, step)):
+                source, offset = _char_source(self._runs, index)
+                _append(runs, position, position + 1, source, offset)
+            return _make(result, runs)
+        index = key + len(self) if key < 0 else key
+        source, offset = _char_source(self._runs, index)
+        return _make(result, [(0, 1, source, offset)])
+
+    def __iter__(self) -> Any:
+        for index in range(len(self)):
+            yield self[index]
+
+    # -- methods that copy ----------------------------------------------------------------
+    def _span(self, start: int, stop: int) -> str:
+        return _make(str.__getitem__(self, slice(start, stop)), _sliced(self._runs, start, stop))
+
+    def strip(self, chars: Any = None) -> str:
+        left = len(self) - len(str.lstrip(self, chars))
+        right = len(str.rstrip(self, chars))
+        return self._span(left, max(left, right))
+
+    def lstrip(self, chars: Any = None) -> str:
+        return self._span(len(self) - len(str.lstrip(self, chars)), len(self))
+
+    def rstrip(self, chars: Any = None) -> str:
+        return self._span(0, len(str.rstrip(self, chars)))
+
+    def removeprefix(self, prefix: Any) -> str:
+        result = str.removeprefix(self, prefix)
+        return self._span(len(self) - len(result), len(self))
+
+    def removesuffix(self, suffix: Any) -> str:
+        return self._span(0, len(str.removesuffix(self, suffix)))
+
+    def _located(self, pieces: List[str]) -> List[str]:
+        """Pieces of this string in order (split results): each found from where the last
+        ended and given the runs it copies."""
+        located = []
+        cursor = 0
+        for piece in pieces:
+            at = str.find(self, piece, cursor)
+            if at < 0:
+                located.append(derive(piece, self))
+                continue
+            located.append(self._span(at, at + len(piece)))
+            cursor = at + len(piece)
+        return located
+
+    def split(self, sep: Any = None, maxsplit: int = -1) -> List[str]:
+        return self._located(str.split(self, sep, maxsplit))
+
+    def rsplit(self, sep: Any = None, maxsplit: int = -1) -> List[str]:
+        return self._located(str.rsplit(self, sep, maxsplit))
+
+    def splitlines(self, keepends: bool = False) -> List[str]:
+        return self._located(str.splitlines(self, keepends))
+
+    def partition(self, sep: Any) -> Tuple[str, str, str]:
+        return tuple(self._located(list(str.partition(self, sep))))  # type: ignore
+
+    def rpartition(self, sep: Any) -> Tuple[str, str, str]:
+        head, middle, tail = str.rpartition(self, sep)
+        if not middle:
+            return ("", "", self)
+        at = len(head)
+        return (self._span(0, at), self._span(at, at + len(middle)),
+                self._span(at + len(middle), len(self)))
+
+    def replace(self, old: Any, new: Any, count: Any = -1) -> str:
+        result = str.replace(self, old, new, count)
+        if not isinstance(old, str) or not isinstance(new, str):
+            return derive(result, self, old, new)
+        pieces: List[str] = []
+        done = 0
+        cursor = 0
+        limit = count if isinstance(count, int) and count >= 0 else len(self) + 1
+        if old:
+            while done < limit:
+                at = str.find(self, old, cursor)
+                if at < 0:
+                    break
+                pieces.append(self._span(cursor, at))
+                pieces.append(new)
+                cursor = at + len(old)
+                done += 1
+            pieces.append(self._span(cursor, len(self)))
+        else:  # an empty `old` inserts `new` before every character and at the end
+            for index in range(len(self) + 1):
+                if done < limit:
+                    pieces.append(new)
+                    done += 1
+                if index < len(self):
+                    pieces.append(self._span(index, index + 1))
+        runs: list = []
+        _shifted(runs, pieces)
+        return _with_runs(result, runs, self, new)
+
+    def join(self, items: Any) -> str:
+        items = list(items)
+        result = str.join(self, items)
+        pieces: List[str] = []
+        for position, item in enumerate(items):
+            if position:
+                pieces.append(self)
+            pieces.append(item)
+        runs: list = []
+        _shifted(runs, pieces)
+        return _with_runs(result, runs, self, items)
+
+    def _padded(self, result: str, left: int, fill: Any) -> str:
+        pad_source = sources_of(fill) if isinstance(fill, str) else []
+        pad = _derived_source(pad_source) or (self._runs[0][2] if self._runs else None)
+        runs: list = []
+        if left and pad is not None:
+            _append(runs, 0, left, pad if pad[0] != _INPUT else (_DERIVED, frozenset((pad[1],))), -1)
+        _sliced(self._runs, 0, len(self), runs, left)
+        if len(result) > left + len(self) and pad is not None:
+            _append(runs, left + len(self), len(result),
+                    pad if pad[0] != _INPUT else (_DERIVED, frozenset((pad[1],))), -1)
+        return _with_runs(result, runs, self, fill)
+
+    def center(self, width: Any, fill: Any = " ") -> str:
+        result = str.center(self, width, fill)
+        return self._padded(result, str.find(result, self) if len(result) > len(self) else 0,
+                            fill)
+
+    def ljust(self, width: Any, fill: Any = " ") -> str:
+        return self._padded(str.ljust(self, width, fill), 0, fill)
+
+    def rjust(self, width: Any, fill: Any = " ") -> str:
+        result = str.rjust(self, width, fill)
+        return self._padded(result, len(result) - len(self), fill)
+
+    def zfill(self, width: Any) -> str:
+        return derive(str.zfill(self, width), self)
+
+    # -- transformations: one character for one where lengths allow ------------------------
+    def upper(self) -> str:
+        return charwise(str.upper(self), self)
+
+    def lower(self) -> str:
+        return charwise(str.lower(self), self)
+
+    def title(self) -> str:
+        return charwise(str.title(self), self)
+
+    def capitalize(self) -> str:
+        return charwise(str.capitalize(self), self)
+
+    def swapcase(self) -> str:
+        return charwise(str.swapcase(self), self)
+
+    def casefold(self) -> str:
+        return charwise(str.casefold(self), self)
+
+    def expandtabs(self, tabsize: Any = 8) -> str:
+        return derive(str.expandtabs(self, tabsize), self)
+
+    def translate(self, table: Any) -> str:
+        return derive(str.translate(self, table), self, table)
+
+    def format(self, *args: Any, **kwargs: Any) -> str:
+        result = str.format(self, *args, **kwargs)
+        return derive(result, self, args, kwargs)
+
+    def format_map(self, mapping: Any) -> str:
+        return derive(str.format_map(self, mapping), self, mapping)
+
+    def __copy__(self) -> "PStr":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "PStr":
+        return self
+
+
+def _reflected(text: str, other: Any, name: str, operation: Callable[[str, Any], Any]) -> Any:
+    """``text <op> other`` for an operand a str cannot take: the operand's own reflected
+    method when it has one (Undefined raises its own error), else Python's error for a
+    plain str, word for word."""
+    method = getattr(type(other), name, None)
+    if method is not None:
+        result = method(other, text)
+        if result is not NotImplemented:
+            return result
+    return operation(str.__str__(text), other)
+
+
+_PLACEHOLDER = "\U0010fffd"
+
+
+def _formatted(result: str, template: str, values: Any,
+               apply: Callable[[str, Any], str]) -> str:
+    """Origins for ``template % values`` (or the format filter): the result is made again
+    with a private placeholder instead of each str value; where the placeholders land, the
+    value's characters were copied, and the rest is found in the template. Checked: when the
+    rebuilt text is not the real one (widths, precisions, ``%r``), everything is derived."""
+    single = not isinstance(values, tuple)
+    items = (values,) if single else values
+    if not any(isinstance(item, str) for item in items) or \
+            _PLACEHOLDER in result or isinstance(values, dict):
+        return derive(result, template, values)
+    marks = [f"{_PLACEHOLDER}{index}{_PLACEHOLDER}" if isinstance(item, str) else item
+             for index, item in enumerate(items)]
+    try:
+        probe = apply(template, marks[0] if single else tuple(marks))
+    except Exception:
+        return derive(result, template, values)
+    others = [item for item in items if not isinstance(item, str)]
+    parts = probe.split(_PLACEHOLDER)
+    pieces: List[str] = []
+    cursor = 0
+    for position, part in enumerate(parts):
+        if position % 2:
+            pieces.append(items[int(part)])
+            continue
+        if not part:
+            continue
+        at = str.find(template, part, cursor)
+        if at >= 0 and not others:
+            pieces.append(template[at:at + len(part)] if isinstance(template, PStr)
+                          else part)
+            cursor = at + len(part)
+        else:
+            pieces.append(derive(part, template, others))
+    rebuilt = "".join(pieces)
+    if rebuilt != result:
+        return derive(result, template, values)
+    runs: list = []
+    _shifted(runs, pieces)
+    return _with_runs(result, runs, template, values)
+
+
+class PInt(int):
+    """An int read from the input: remembers its path (``_source``)."""
+
+    _source: tuple = _UNKNOWN_SOURCE
+
+    def __str__(self) -> str:
+        return _make(int.__repr__(self), [(0, len(int.__repr__(self)), self._source, -1)])
+
+    __repr__ = __str__
+
+    def __format__(self, spec: str) -> str:
+        return derive(int.__format__(self, spec), self)
+
+    def __copy__(self) -> "PInt":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "PInt":
+        return self
+
+
+class PFloat(float):
+    """A float read from the input: remembers its path (``_source``)."""
+
+    _source: tuple = _UNKNOWN_SOURCE
+
+    def __str__(self) -> str:
+        text = float.__repr__(self)
+        return _make(text, [(0, len(text), self._source, -1)])
+
+    __repr__ = __str__
+
+    def __format__(self, spec: str) -> str:
+        return derive(float.__format__(self, spec), self)
+
+    def __copy__(self) -> "PFloat":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "PFloat":
+        return self
+
+
+# Errors must read the same in a provenance render as in a plain one, and Python's messages
+# ("'str' object has no attribute ...", "object of type 'int' has no len()") and Jinja2's
+# ("'str object' has no attribute ...") name the type: these classes go by the names of the
+# types they stand for.
+for _class, _base in ((PStr, str), (PInt, int), (PFloat, float)):
+    _class.__name__ = _class.__qualname__ = _base.__name__
+    _class.__module__ = "builtins"
+
+
+def _number_result(result: Any, *operands: Any) -> Any:
+    """Arithmetic on a number from the input gives a number derived from it."""
+    kind = type(result)
+    if kind is bool or kind not in (int, float):
+        return result
+    source = _derived_source(operand._source if type(operand) in (PInt, PFloat)
+                             else _COMPUTED for operand in operands)
+    if source is None or source[0] == _TEMPLATE:
+        return result
+    wrapped = (PInt if kind is int else PFloat)(result)
+    wrapped._source = source
+    return wrapped
+
+
+def _arithmetic(name: str, base: type) -> Callable[..., Any]:
+    operation = getattr(base, name)
+
+    def method(self: Any, *others: Any) -> Any:
+        result = operation(self, *others)
+        if result is NotImplemented:
+            return result
+        if isinstance(result, tuple):  # divmod
+            return tuple(_number_result(item, self, *others) for item in result)
+        return _number_result(result, self, *others)
+
+    method.__name__ = name
+    return method
+
+
+for _base, _class in ((int, PInt), (float, PFloat)):
+    for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+                  "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+                  "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__",
+                  "__divmod__", "__rdivmod__", "__round__"):
+        if hasattr(_base, _name):
+            setattr(_class, _name, _arithmetic(_name, _base))
+for _name in ("__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__",
+              "__rlshift__", "__rshift__", "__rrshift__", "__invert__"):
+    setattr(PInt, _name, _arithmetic(_name, int))
+
+
+def _arithmetic_str_mul(self: Any, other: Any) -> Any:
+    """``3 * 'ab'`` with a number from the input: the str decides (it knows its runs)."""
+    if isinstance(other, str):
+        return derive(str.__mul__(other, int(self)), other, self)
+    return _arithmetic("__mul__", int)(self, other)
+
+
+PInt.__mul__ = _arithmetic_str_mul  # type: ignore[assignment]
+PInt.__rmul__ = _arithmetic_str_mul  # type: ignore[assignment]
+
+
+# ---- inputs and template text ----------------------------------------------------------------
+
+def _key_path(path: str, key: Any) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}" if path else key
+    shown = json.dumps(key, ensure_ascii=False) if isinstance(key, str) else repr(key)
+    return f"{path}[{shown}]"
+
+
+def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[str, Any]:
+    """A copy of the render variables in which every str (dict keys too) is a :class:`PStr`
+    of origin "input" at its path (``messages[1].content``), and every int and float a
+    :class:`PInt` / :class:`PFloat`. Containers are copied (dicts, lists, tuples); anything
+    else is kept as it is. A dict key's own path is the dict's path followed by the key in
+    braces: ``tools[0].function.parameters.properties{"city"}``."""
+    memo: Dict[int, Any] = {}
+    budget = [limit]
+
+    def wrap(value: Any, path: str) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return value  # past the limit: the rest keeps no origins (counted unknown)
+        kind = type(value)
+        if kind is str:
+            if not value:
+                return value
+            result = PStr(value)
+            result._runs = ((0, len(value), (_INPUT, path), 0),)
+            return result
+        if kind is int:
+            result = PInt(value)
+            result._source = (_DERIVED, frozenset((path,)))
+            return result
+        if kind is float:
+            result = PFloat(value)
+            result._source = (_DERIVED, frozenset((path,)))
+            return result
+        if kind is dict:
+            known = memo.get(id(value))
+            if known is not None:
+                return known
+            copy: Dict[Any, Any] = {}
+            memo[id(value)] = copy
+            for key, item in value.items():
+                key_path = f"{path}{{{json.dumps(key, ensure_ascii=False)}}}" \
+                    if isinstance(key, str) else path
+                copy[wrap(key, key_path) if type(key) is str else key] = \
+                    wrap(item, _key_path(path, key))
+            return copy
+        if kind is list:
+            known = memo.get(id(value))
+            if known is not None:
+                return known
+            items: List[Any] = []
+            memo[id(value)] = items
+            items.extend(wrap(item, f"{path}[{index}]") for index, item in enumerate(value))
+            return items
+        if kind is tuple:
+            return tuple(wrap(item, f"{path}[{index}]") for index, item in enumerate(value))
+        return value
+
+    return {name: wrap(value, name) for name, value in variables.items()}
+
+
+def template_string(text: str, line: int, column: int) -> str:
+    """A string constant or text of the template, located."""
+    if not text:
+        return text
+    result = PStr(text)
+    result._runs = ((0, len(text), (_TEMPLATE, line, column), 0),)
+    return result
+
+
+def join_pieces(pieces: Sequence[str]) -> str:
+    """``"".join(pieces)`` keeping every piece's origins."""
+    text = "".join(pieces)
+    if not text:
+        return text
+    runs: list = []
+    _shifted(runs, pieces)
+    return _make(text, runs)
+
+
+def public_runs(value: str) -> List[Run]:
+    """The runs of a rendered str as :class:`Run` objects."""
+    result = []
+    for start, end, source, offset in runs_of(value):
+        kind = source[0]
+        if kind == _TEMPLATE:
+            origin = Origin("template", offset=offset if offset >= 0 else None,
+                            line=source[1], column=source[2])
+        elif kind == _INPUT:
+            origin = Origin("input", path=source[1], offset=offset)
+        elif source[1] == frozenset((UNKNOWN_PATH,)):
+            origin = Origin("unknown")
+        else:
+            origin = Origin("derived", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
+        result.append(Run(start, end, origin))
+    return result
+
+
+# ---- what operations return ------------------------------------------------------------------
+
+def settle(result: Any, inputs: Sequence[Any]) -> Any:
+    """Give what an operation returned the origins it lacks: a str without runs (or the str
+    items of a fresh list or tuple) computed from tainted ``inputs`` becomes derived from
+    them. Values that already carry origins, and results of template-only inputs, stay."""
+    kind = type(result)
+    if kind is str:
+        if not result:
+            return result
+        return derive(result, *inputs)
+    if kind is list or kind is tuple:
+        if any(type(item) is str and item for item in result):
+            settled = [derive(item, *inputs) if type(item) is str else item for item in result]
+            return settled if kind is list else tuple(settled)
+        return result
+    return result
+
+
+# ---- filters that copy -----------------------------------------------------------------------
+
+def _trace_trim(result: Any, value: Any, chars: Any = None, *rest: Any) -> Any:
+    if isinstance(value, PStr) and not rest and type(result) is str:
+        return value.strip(chars)
+    return None
+
+
+def _trace_join(result: Any, value: Any, separator: Any = "", attribute: Any = None) -> Any:
+    if attribute is not None or type(result) is not str:
+        return None
+    try:
+        items = [item if isinstance(item, str) else str(item) for item in value]
+    except Exception:
+        return None
+    if not isinstance(separator, str):
+        separator = str(separator)
+    pieces: List[str] = []
+    for position, item in enumerate(items):
+        if position:
+            pieces.append(separator)
+        pieces.append(item)
+    if "".join(pieces) != result:
+        return None
+    runs: list = []
+    _shifted(runs, pieces)
+    return _with_runs(result, runs, value, separator)
+
+
+def _trace_indent(result: Any, value: Any, width: Any = 4, first: bool = False,
+                  blank: bool = False) -> Any:
+    if not isinstance(value, str) or type(result) is not str:
+        return None
+    pad = width if isinstance(width, str) else (" " * width if isinstance(width, int) else None)
+    if pad is None:
+        return None
+    if not isinstance(pad, PStr):
+        pad = derive(pad, width) if isinstance(width, (PInt, PStr)) else \
+            template_string(pad, 0, 0) if pad else pad
+    lines = (value + "\n").splitlines() if isinstance(value, PStr) else None
+    if lines is None:
+        return None
+    pieces: List[str] = []
+    if blank:
+        for position, line in enumerate(lines):
+            if position:
+                pieces.extend(("\n", pad))
+            pieces.append(line)
+    else:
+        pieces.append(lines[0])
+        for line in lines[1:]:
+            pieces.append("\n")
+            if line:
+                pieces.append(pad)
+            pieces.append(line)
+    if first:
+        pieces.insert(0, pad)
+    if "".join(pieces) != result:
+        return None
+    # the newlines the filter writes come from the value's line breaks: derived from it
+    newline = derive("\n", value) if isinstance(value, PStr) else "\n"
+    pieces = [newline if piece == "\n" and type(piece) is str else piece for piece in pieces]
+    runs: list = []
+    _shifted(runs, pieces)
+    return _with_runs(result, runs, value, width)
+
+
+def _trace_truncate(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+    if not isinstance(value, PStr) or type(result) is not str:
+        return None
+    if result == value:
+        return value
+    end = kwargs.get("end", args[2] if len(args) > 2 else "...")
+    if isinstance(end, str) and result.endswith(end):
+        head = result[:len(result) - len(end)]
+        if str.startswith(value, head):
+            return value._span(0, len(head)) + (end if isinstance(end, PStr)
+                                                 else template_string(end, 0, 0))
+    return None
+
+
+def _trace_replace(result: Any, value: Any, old: Any, new: Any, count: Any = None) -> Any:
+    if isinstance(value, PStr) and type(result) is str and isinstance(old, str) and \
+            isinstance(new, str):
+        traced = value.replace(old, new, -1 if count is None else count)
+        return traced if traced == result else None
+    return None
+
+
+def _trace_format(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(value, str) and type(result) is str and not kwargs:
+        return _formatted(result, value, args, lambda fmt, values: str.__mod__(fmt, values))
+    return None
+
+
+def _trace_case(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(value, str) and type(result) is str:
+        return charwise(result, value)
+    return None
+
+
+def _trace_center(result: Any, value: Any, width: Any = 80) -> Any:
+    if isinstance(value, PStr) and type(result) is str:
+        traced = value.center(width)
+        return traced if traced == result else None
+    return None
+
+
+def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: Any = None,
+                  separators: Any = None, sort_keys: bool = False) -> Any:
+    if type(result) is not str:
+        return None
+    pieces: List[str] = []
+    try:
+        _json_pieces(value, pieces, bool(ensure_ascii), indent, separators, bool(sort_keys))
+    except _Untraceable:
+        return None
+    if "".join(pieces) != result:
+        return None
+    runs: list = []
+    _shifted(runs, pieces)
+    return _with_runs(result, runs, value)
+
+
+class _Untraceable(Exception):
+    pass
+
+
+def _json_pieces(value: Any, pieces: List[str], ensure_ascii: bool, indent: Any,
+                 separators: Any, sort_keys: bool) -> None:
+    """``json.dumps`` rebuilt piece by piece: a str keeps its characters' origins where the
+    encoding leaves them as they are; quotes, escapes and structure are derived from the
+    value they belong to (structure from everything inside the container)."""
+    if separators is not None:
+        item_separator, key_separator = separators
+    else:
+        item_separator, key_separator = (", ", ": ") if indent is None else (",", ": ")
+    if indent is not None and not isinstance(indent, str):
+        indent = " " * indent
+
+    def encode(item: Any, level: int) -> None:
+        if isinstance(item, str):
+            string(item)
+        elif item is None or item is True or item is False or \
+                isinstance(item, (int, float)):
+            pieces.append(derive(json.dumps(item), item))
+        elif isinstance(item, (list, tuple)):
+            container(item, list(item), level, False)
+        elif isinstance(item, dict):
+            entries = list(item.items())
+            if sort_keys:
+                entries.sort(key=lambda entry: entry[0])
+            container(item, entries, level, True)
+        else:
+            raise _Untraceable
+
+    def string(item: str) -> None:
+        encoded = json.dumps(item, ensure_ascii=ensure_ascii)
+        quote = derive('"', item)
+        if encoded[1:-1] == item:
+            pieces.extend((quote, item, quote))
+            return
+        pieces.append(quote)
+        for char in item:
+            escaped = json.dumps(char, ensure_ascii=ensure_ascii)[1:-1]
+            pieces.append(char if escaped == char else derive(escaped, char))
+        pieces.append(quote)
+
+    def container(item: Any, entries: list, level: int, is_dict: bool) -> None:
+        source = _derived_source(sources_of(item)) or _COMPUTED
+
+        def structure(text: str) -> str:
+            return _make(text, [(0, len(text), source, -1)])
+
+        opening, closing = ("{", "}") if is_dict else ("[", "]")
+        if not entries:
+            pieces.append(structure(opening + closing))
+            return
+        pieces.append(structure(opening))
+        inner = level + 1
+        if indent is not None:
+            first_separator = "\n" + indent * inner
+            separator = item_separator + first_separator
+            ending = "\n" + indent * level + closing
+        else:
+            first_separator, separator, ending = "", item_separator, closing
+        for position, entry in enumerate(entries):
+            between = separator if position else first_separator
+            if between:
+                pieces.append(structure(between))
+            if is_dict:
+                key, val = entry
+                if isinstance(key, str):
+                    string(key)
+                elif key is None or isinstance(key, (bool, int, float)):
+                    text = {None: "null", True: "true", False: "false"}.get(key) \
+                        if key is None or isinstance(key, bool) else \
+                        (int.__repr__(key) if isinstance(key, int) else float.__repr__(key))
+                    pieces.append(derive(f'"{text}"', key, item))
+                else:
+                    raise _Untraceable
+                pieces.append(structure(key_separator))
+                encode(val, inner)
+            else:
+                encode(entry, inner)
+        pieces.append(structure(ending))
+
+    encode(value, 0)
+
+
+#: Filters whose result copies parts of their operands: name -> tracer(result, value, *args,
+#: **kwargs) giving the result with exact origins, or None to fall back to "derived from all".
+FILTER_TRACERS: Dict[str, Callable[..., Any]] = {
+    "trim": _trace_trim,
+    "join": _trace_join,
+    "indent": _trace_indent,
+    "truncate": _trace_truncate,
+    "replace": _trace_replace,
+    "format": _trace_format,
+    "upper": _trace_case,
+    "lower": _trace_case,
+    "capitalize": _trace_case,
+    "title": _trace_case,
+    "center": _trace_center,
+    "tojson": _trace_tojson,
+}
+
+
+def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """The filter ``function`` returning results with origins (see :func:`settle`)."""
+    tracer = FILTER_TRACERS.get(name)
+    from .runtime import wants_environment
+
+    if wants_environment(function):
+        def with_environment(env: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+            result = function(env, value, *args, **kwargs)
+            return _settle_filter(tracer, result, value, args, kwargs)
+
+        with_environment.pass_environment = True  # type: ignore[attr-defined]
+        for attribute in ("environmentfilter", "jinja_pass_arg"):
+            if hasattr(function, attribute):
+                setattr(with_environment, attribute, getattr(function, attribute))
+        traced = with_environment
+    else:
+        def traced(value: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            result = function(value, *args, **kwargs)
+            return _settle_filter(tracer, result, value, args, kwargs)
+
+    traced.__name__ = getattr(function, "__name__", name)
+    return traced
+
+
+def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: dict) -> Any:
+    if result is value or type(result) is PStr:
+        return result
+    if tracer is not None:
+        try:
+            traced = tracer(result, value, *args, **kwargs)
+        except Exception:
+            traced = None
+        if traced is not None:
+            return traced
+    if type(result) in (str, list, tuple):
+        return settle(result, (value, args, kwargs))
+    if _is_generator(result):
+        return _settled_items(result, (value, args, kwargs))
+    return result
+
+
+def _is_generator(value: Any) -> bool:
+    import types
+
+    return isinstance(value, types.GeneratorType)
+
+
+def _settled_items(items: Any, inputs: Any) -> Any:
+    for item in items:
+        yield derive(item, *inputs) if type(item) is str else item
+
+
+def traced_method(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A str method (from methods.STR_METHODS) whose result gets the origins it lacks."""
+    def method(value: Any, *args: Any, **kwargs: Any) -> Any:
+        result = function(value, *args, **kwargs)
+        if type(result) is PStr or result is value:
+            return result
+        return settle(result, (value, args, kwargs))
+
+    method.__name__ = getattr(function, "__name__", "method")
+    return method
+
+
+def _register_methods() -> None:
+    """Templates call str methods on PStr through the sandbox's method table: give PStr a
+    table of the same methods whose results get the origins they lack."""
+    from .methods import _TABLE_OF_CLASS, STR_METHODS
+
+    _TABLE_OF_CLASS[PStr] = ({name: traced_method(function)
+                              for name, function in STR_METHODS.items()}, str)
+
+
+_register_methods()

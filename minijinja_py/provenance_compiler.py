@@ -1,0 +1,168 @@
+"""The compiler of provenance renders: the ordinary compiler with the few changes that keep
+origins (see provenance.py).
+
+- the template's text and string constants become located :class:`~.provenance.PStr`;
+- output, ``~`` and captured output (macros, ``set`` blocks, ``{% generation %}``) join
+  their pieces keeping origins; a value printed that is not a str is printed, then derived
+  from the inputs inside it;
+- filters and calls return results with origins (exact for the filters that copy text, see
+  ``provenance.FILTER_TRACERS``; derived from their operands otherwise);
+- hot loops stay closures (generated code would not keep origins).
+
+Everything else, the sandbox, the limits and the step budget included, is the ordinary
+compiler's code: a provenance render refuses and fails exactly where a plain one does.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, List, Optional, Tuple
+
+import copy
+
+from . import nodes as n
+from .codegen import to_text as _to_text
+from .compiler import Compiler, RenderContext, Scope, _locate
+from .exceptions import TemplateError
+from .limits import check_string_size
+from .budget import CHARS_SHIFT
+from .provenance import (PFloat, PInt, PStr, derive, join_pieces, settle, template_string,
+                         traced_filter)
+
+
+class ProvenanceContext(RenderContext):
+    """Render state of a provenance render: captured output keeps its origins."""
+
+    __slots__ = ()
+    join = staticmethod(join_pieces)
+
+
+def _printed(value: Any) -> str:
+    """How ``{{ value }}`` prints, with origins: a str as it is; anything else printed and
+    derived from what it holds (a number from the input, the strings in a list)."""
+    if isinstance(value, str) and type(value) is not str and not isinstance(value, PStr):
+        return derive(str.__str__(value), value)  # Markup and other str subclasses
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (PInt, PFloat)):
+        return str(value)
+    return derive(_to_text(value), value)
+
+
+def _settled_call(result: Any, inputs: Any) -> Any:
+    """A call's result with origins: strings and the keys of a fresh dict (``dict(a=1)``)."""
+    if type(result) is dict and any(type(key) is str for key in result):
+        return {derive(key, inputs) if type(key) is str else key: value
+                for key, value in result.items()}
+    return settle(result, (inputs,))
+
+
+class ProvenanceCompiler(Compiler):
+    """Compiles a template whose string constants are located PStr (see
+    :func:`locate_literals`) for renders that record every character's origin."""
+
+    generates_code = False
+
+    def __init__(self, env: Any) -> None:
+        # Filters get an environment whose filter table gives results with origins, also
+        # to the filters they call by name (`map('tojson')`, `select('string')`).
+        traced = copy.copy(env)
+        traced.filters = {name: traced_filter(name, function)
+                          for name, function in env.filters.items()}
+        super().__init__(traced)
+
+    def s_output(self, node: n.Node) -> Any:
+        if self.autoescape:
+            return self.escaped_output(node)
+        items: List[Tuple[bool, Any]] = []
+        for item in node.nodes:
+            if isinstance(item, n.TemplateData):
+                items.append((True, item.data))
+            elif isinstance(item, n.Const) and isinstance(item.value, str):
+                items.append((True, item.value))
+            else:
+                items.append((False, (self.expr(item), item)))
+
+        def output(scope: Scope, out: list) -> None:
+            size = 0
+            for is_text, item in items:
+                if is_text:
+                    out.append(item)
+                    size += len(item)
+                    continue
+                value = item[0](scope)
+                if type(value) is not PStr:
+                    try:
+                        value = _printed(value)
+                    except Exception as exc:
+                        raise _locate(exc, item[1]) from exc
+                out.append(value)
+                size += len(value)
+            ctx = scope.ctx
+            ctx.output_size += size
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
+
+        return output
+
+    def e_concat(self, node: n.Node) -> Any:
+        parts = [self.expr(p) for p in node.nodes]
+
+        def concat(scope: Scope) -> str:
+            try:
+                pieces = []
+                for part in parts:
+                    value = part(scope)
+                    pieces.append(value if isinstance(value, str) and
+                                  type(value) in (str, PStr) else _printed(value))
+                total = sum(map(len, pieces))
+                if total >> CHARS_SHIFT:
+                    if total > 1_000_000:
+                        check_string_size(total)
+                    scope.ctx.charge(total >> CHARS_SHIFT)
+                return join_pieces(pieces)
+            except TemplateError as exc:
+                exc._locate(node.lineno, node.column)
+                raise
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        return concat
+
+    def e_call(self, node: n.Node) -> Any:
+        if isinstance(node.node, n.Getattr):
+            # methods: provenance.traced_method, reached through the sandbox's method table
+            return super().e_call(node)
+        args, _ = self.arguments(node)
+        callee = self.expr(node.node)
+        sandbox = self.sandbox
+
+        def call(scope: Scope) -> Any:
+            function = callee(scope)
+            positional, keywords = args(scope)
+            try:
+                result = sandbox.call(function, positional, keywords)
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+            return _settled_call(result, (positional, keywords))
+
+        return call
+
+
+ProvenanceCompiler.expressions = {**Compiler.expressions,
+                                  n.Concat: ProvenanceCompiler.e_concat,
+                                  n.Call: ProvenanceCompiler.e_call}
+ProvenanceCompiler.statements = {**Compiler.statements, n.Output: ProvenanceCompiler.s_output}
+
+
+def locate_literals(ast: n.Node) -> n.Node:
+    """Turn the template's text and string constants into located PStr (in place: pass a
+    freshly parsed AST, never the one plain renders use)."""
+    for node in ast.find_all((n.TemplateData, n.Const)):
+        if isinstance(node, n.TemplateData):
+            node.data = template_string(node.data, node.lineno, node.column)
+        elif type(node.value) is str:
+            node.value = template_string(node.value, node.lineno, node.column)
+    return ast
