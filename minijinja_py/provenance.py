@@ -26,6 +26,7 @@ out of an input and printed, they count as template text (see README "Provenance
 from __future__ import annotations
 
 import json
+import operator
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
@@ -246,14 +247,27 @@ def sources_of(value: Any, limit: int = 100_000) -> List[tuple]:
         if kind is PInt or kind is PFloat:
             found.append(item._source)
             continue
-        if kind is str and item:
-            found.append(_UNKNOWN_SOURCE)
+        if kind is PMarkup:
+            found.extend(run[2] for run in item._runs)
+            continue
+        if isinstance(item, str):
+            if item:  # a str (or Markup) without origins: it may hold anything
+                found.append(_UNKNOWN_SOURCE)
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, (list, tuple, set, frozenset)):
             stack.extend(item)
+        elif not (item is None or isinstance(item, (bool, int, float)) or _is_undefined(item)):
+            # an object that may hold or yield anything (an iterator, a namespace): unknown
+            found.append(_UNKNOWN_SOURCE)
     return found
+
+
+def _is_undefined(value: Any) -> bool:
+    from .runtime import Undefined
+
+    return isinstance(value, Undefined)
 
 
 def derive(text: str, *inputs: Any) -> str:
@@ -279,6 +293,18 @@ def charwise(result: str, value: str) -> str:
             source = (_DERIVED, frozenset((source[1],)))
         _append(runs, start, end, source, -1)
     return _make(result, runs)
+
+
+def _caused(text: str, cause: str) -> str:
+    """``text`` written because of ``cause`` (a replacement inserted where the input had the
+    searched text): derived from the inputs of both, or as it is when no input caused it."""
+    if not text:
+        return text
+    source = _derived_source([run[2] for run in runs_of(cause)] +
+                             [run[2] for run in runs_of(text)])
+    if source is None or source[0] == _TEMPLATE:
+        return text
+    return _make(text, [(0, len(text), source, -1)])
 
 
 def _with_runs(text: str, runs: list, *inputs: Any) -> str:
@@ -308,7 +334,7 @@ class PStr(str):
     # -- operators that copy --------------------------------------------------------------
     def __add__(self, other: Any) -> Any:
         if not isinstance(other, str):
-            return _reflected(self, other, "__radd__", str.__add__)
+            return _reflected(self, other, "__radd__", operator.add)
         result = str.__add__(self, other)
         runs = list(self._runs)
         _shifted(runs, (other,))
@@ -324,7 +350,7 @@ class PStr(str):
 
     def __mul__(self, count: Any) -> Any:
         if not isinstance(count, int):
-            return _reflected(self, count, "__rmul__", str.__mul__)
+            return _reflected(self, count, "__rmul__", operator.mul)
         result = str.__mul__(self, count)
         if not result:
             return result
@@ -436,14 +462,15 @@ class PStr(str):
                 if at < 0:
                     break
                 pieces.append(self._span(cursor, at))
-                pieces.append(new)
+                # the input decided that `new` goes here: it is derived from what it replaces
+                pieces.append(_caused(new, self._span(at, at + len(old))))
                 cursor = at + len(old)
                 done += 1
             pieces.append(self._span(cursor, len(self)))
         else:  # an empty `old` inserts `new` before every character and at the end
             for index in range(len(self) + 1):
                 if done < limit:
-                    pieces.append(new)
+                    pieces.append(_caused(new, self._span(max(index - 1, 0), index + 1)))
                     done += 1
                 if index < len(self):
                     pieces.append(self._span(index, index + 1))
@@ -1041,8 +1068,13 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
     tracer = FILTER_TRACERS.get(name)
     from .runtime import wants_environment
 
+    # `join` is traced from its items: a one-shot iterator (`map(attribute=...)`) is read
+    # into a list first, which join would do anyway
+    once = name == "join"
     if wants_environment(function):
         def with_environment(env: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+            if once and not isinstance(value, (str, list, tuple, dict)):
+                value = _read_once(value)
             result = function(env, value, *args, **kwargs)
             return _settle_filter(tracer, result, value, args, kwargs)
 
@@ -1060,9 +1092,43 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
     return traced
 
 
-def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: dict) -> Any:
-    if result is value or type(result) is PStr:
+def _read_once(value: Any) -> Any:
+    """The items of an iterator as a list (other values as they are)."""
+    if hasattr(value, "__next__") or type(value).__name__ == "LazySequence":
+        from .limits import materialise
+
+        return materialise(value)
+    return value
+
+
+def fill_unknown(result: str, *inputs: Any) -> str:
+    """A str with origins whose parts without any (text an operation's own code wrote, such
+    as the "..." of truncate) are attributed to the operation's inputs instead."""
+    runs = result._runs
+    if not any(run[2] is _UNKNOWN_SOURCE or run[2] == _UNKNOWN_SOURCE for run in runs):
         return result
+    source = _derived_source(found for value in inputs for found in sources_of(value)) \
+        or _COMPUTED
+    filled: list = []
+    for start, end, run_source, offset in runs:
+        if run_source == _UNKNOWN_SOURCE:
+            run_source, offset = source, -1
+        _append(filled, start, end, run_source, offset)
+    return _make(str.__str__(result), filled)
+
+
+def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: dict) -> Any:
+    if result is value:
+        return result
+    if type(result) is PStr:
+        if tracer is not None:
+            try:
+                traced = tracer(str.__str__(result), value, *args, **kwargs)
+            except Exception:
+                traced = None
+            if traced is not None:
+                return traced
+        return fill_unknown(result, value, args, kwargs)
     if tracer is not None:
         try:
             traced = tracer(result, value, *args, **kwargs)
@@ -1092,12 +1158,46 @@ def traced_method(function: Callable[..., Any]) -> Callable[..., Any]:
     """A str method (from methods.STR_METHODS) whose result gets the origins it lacks."""
     def method(value: Any, *args: Any, **kwargs: Any) -> Any:
         result = function(value, *args, **kwargs)
-        if type(result) is PStr or result is value:
+        if result is value:
             return result
+        if type(result) is PStr:
+            return fill_unknown(result, value, args, kwargs)
         return settle(result, (value, args, kwargs))
 
     method.__name__ = getattr(function, "__name__", "method")
     return method
+
+
+from .markup import Markup  # noqa: E402  (after PStr: markup imports nothing of this module)
+
+
+class PMarkup(Markup):
+    """``|safe`` of a str with origins: Markup that remembers them for printing (Markup's own
+    operations return plain Markup, whose origins then count as unknown)."""
+
+    _runs: Tuple[tuple, ...] = ()
+
+
+PMarkup.__name__ = PMarkup.__qualname__ = "Markup"
+PMarkup.__module__ = Markup.__module__
+
+
+def _trace_safe(result: Any, value: Any) -> Any:
+    if type(value) is PStr and type(result) is Markup and str.__eq__(result, value):
+        marked = PMarkup(result)
+        marked._runs = value._runs
+        return marked
+    return None
+
+
+FILTER_TRACERS["safe"] = _trace_safe
+
+
+def printable(value: str) -> str:
+    """A str about to be printed, as a str with origins when it has any."""
+    if type(value) is PMarkup:
+        return _make(str.__str__(value), list(value._runs))
+    return derive(str.__str__(value), value)
 
 
 def _register_methods() -> None:

@@ -27,8 +27,8 @@ from .compiler import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
 from .limits import check_string_size
 from .budget import CHARS_SHIFT
-from .provenance import (PFloat, PInt, PStr, derive, join_pieces, settle, template_string,
-                         traced_filter)
+from .provenance import (PFloat, PInt, PStr, derive, fill_unknown, join_pieces, printable, settle,
+                         template_string, traced_filter)
 
 
 class ProvenanceContext(RenderContext):
@@ -42,7 +42,7 @@ def _printed(value: Any) -> str:
     """How ``{{ value }}`` prints, with origins: a str as it is; anything else printed and
     derived from what it holds (a number from the input, the strings in a list)."""
     if isinstance(value, str) and type(value) is not str and not isinstance(value, PStr):
-        return derive(str.__str__(value), value)  # Markup and other str subclasses
+        return printable(value)  # Markup and other str subclasses
     if isinstance(value, str):
         return value
     if isinstance(value, (PInt, PFloat)):
@@ -52,6 +52,8 @@ def _printed(value: Any) -> str:
 
 def _settled_call(result: Any, inputs: Any) -> Any:
     """A call's result with origins: strings and the keys of a fresh dict (``dict(a=1)``)."""
+    if type(result) is PStr:
+        return fill_unknown(result, inputs)
     if type(result) is dict and any(type(key) is str for key in result):
         return {derive(key, inputs) if type(key) is str else key: value
                 for key, value in result.items()}

@@ -6,8 +6,10 @@ with ``--sanitize`` control tokens from the conversation encoded as text) that
 ``minijinja-py render TEMPLATE_OR_CONFIG`` prints the prompt a chat template makes of a
 conversation (a built-in example when ``--messages`` is not given); ``minijinja-py check
 TEMPLATE_OR_CONFIG`` parses the template(s), shows syntax errors with a caret, and lists the
-variables, message keys and features a template uses. TEMPLATE_OR_CONFIG is a ``.jinja`` file, a
-``tokenizer_config.json``, a model directory or a ``.gguf`` file.
+variables, message keys and features a template uses. ``render --provenance`` tells the
+template's own text from the text that came from the input (colours on a terminal, plain markers
+otherwise, the runs as JSON with ``--json``: see provenance_display.py). TEMPLATE_OR_CONFIG is a
+``.jinja`` file, a ``tokenizer_config.json``, a model directory or a ``.gguf`` file.
 
 Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON, a
 refused model file...), 2 usage error (bad option, missing file). Errors are one message on
@@ -34,6 +36,7 @@ from ..analysis import analyze_template
 from .pipeline import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
                    load_chat_config, select_template)
 from ..exceptions import TemplateError, TemplateSyntaxError
+from .provenance_display import MARKERS, span_events, span_marks_at
 
 __all__ = ["main", "EXAMPLE_MESSAGES", "EXAMPLE_TOOLS"]
 
@@ -112,7 +115,9 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Print the prompt TEMPLATE_OR_CONFIG makes of a conversation. Without "
                     "--messages, a built-in example is rendered (system, user, an assistant tool "
                     "call, the tool result, the answer, a final user message; one example tool) "
-                    "with a generation prompt.")
+                    "with a generation prompt. With --provenance, the text that came from the "
+                    "input (messages, tools, --var values, special tokens) is told apart from "
+                    "the template's own text.")
     render.add_argument("template", metavar="TEMPLATE_OR_CONFIG",
                         help=".jinja file, tokenizer_config.json, model directory or .gguf file")
     render.add_argument("--messages", metavar="FILE",
@@ -142,8 +147,20 @@ def _build_parser() -> argparse.ArgumentParser:
     render.add_argument("--spans", action="store_true",
                         help=f"mark the output of {{%% generation %%}} blocks with "
                              f"{SPAN_OPEN} and {SPAN_CLOSE}")
+    render.add_argument("--provenance", action="store_true",
+                        help="tell the template's own text from the input's: colours on a "
+                             f"terminal, else input marked {MARKERS['input'][0]}verbatim"
+                             f"{MARKERS['input'][1]}, {MARKERS['derived'][0]}derived"
+                             f"{MARKERS['derived'][1]} (e.g. JSON-encoded), "
+                             f"{MARKERS['unknown'][0]}unknown{MARKERS['unknown'][1]}; a legend "
+                             "goes to stderr. With --json: the runs as JSON")
+    render.add_argument("--color", "--colour", choices=("auto", "always", "never"),
+                        default="auto", dest="color",
+                        help="colours for --provenance: auto (default: on a terminal, unless "
+                             "NO_COLOR is set), always or never (plain markers)")
     render.add_argument("--json", action="store_true",
-                        help='print {"text": ..., "generation_spans": [[start, end], ...]}')
+                        help='print {"text": ..., "generation_spans": [[start, end], ...]}; '
+                             'with --provenance also "runs": [{"start", "end", "kind", ...}]')
 
     encode = commands.add_parser(
         "encode", help="show the token ids (and masks) a model folder makes of a conversation",
@@ -284,19 +301,14 @@ def _expect_list(value: Any, what: str) -> List[Any]:
 
 # ---- render ----------------------------------------------------------------------------------
 def _mark_spans(text: str, spans: Sequence[Tuple[int, int]]) -> str:
-    """Insert ⟦ at each span start and ⟧ at each span end (nested spans nest the marks)."""
-    inserts: Dict[int, List[str]] = {}
-    for start, end in spans:
-        inserts.setdefault(start, []).append(SPAN_OPEN)
-        # closes go before opens at the same offset, so adjacent spans read ⟦a⟧⟦b⟧
-        inserts.setdefault(end, []).insert(0, SPAN_CLOSE)
+    """Insert ⟦ at each span start and ⟧ at each span end (nested spans nest the marks; an
+    empty span reads ⟦⟧; at one offset closes come first, so adjacent spans read ⟦a⟧⟦b⟧)."""
+    opens, closes, empties = span_events(spans)
     pieces = []
     last = 0
-    for offset in sorted(inserts):
+    for offset in sorted(set(opens) | set(closes) | set(empties)):
         pieces.append(text[last:offset])
-        closes = [mark for mark in inserts[offset] if mark == SPAN_CLOSE]
-        opens = [mark for mark in inserts[offset] if mark == SPAN_OPEN]
-        pieces.extend(closes + opens)
+        pieces.append(span_marks_at(offset, opens, closes, empties, (SPAN_OPEN, SPAN_CLOSE)))
         last = offset
     pieces.append(text[last:])
     return "".join(pieces)
@@ -431,10 +443,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
               f"{', '.join(f'<{token}>' for token in missing)} (set with --var "
               f"'{example}=\"...\"')", file=sys.stderr)
 
+    render_one = chat_template.render_with_provenance if args.provenance \
+        else chat_template.render_with_spans
     result = _with_fallback_examples(
         options, builtin_example,
-        lambda attempt_options: chat_template.render_with_spans(**attempt_options, **variables))
+        lambda attempt_options: render_one(**attempt_options, **variables))
 
+    if args.provenance:
+        return _show_provenance(args, result, "generation" in chat_template.source)
     if args.json:
         payload = {"text": result.text,
                    "generation_spans": [list(span) for span in result.generation_spans]}
@@ -447,6 +463,38 @@ def _cmd_render(args: argparse.Namespace) -> int:
         _write(_mark_spans(result.text, result.generation_spans))
     else:
         _write(result.text)
+    return 0
+
+
+def _show_provenance(args: argparse.Namespace, result: Any, has_generation: bool) -> int:
+    """Print a provenance render (see provenance_display.py): ``--json`` the result's
+    ``as_json()``; otherwise the text in colours or with plain markers, a legend on stderr."""
+    from . import provenance_display as display
+
+    if args.json:
+        _write(json.dumps(result.as_json(), ensure_ascii=False) + "\n", exact_escapes=True)
+        return 0
+    if args.spans and not has_generation:
+        print("note: this template has no {% generation %} blocks, so there is nothing to "
+              "mark", file=sys.stderr)
+    span_marks = (SPAN_OPEN, SPAN_CLOSE) if args.spans else None
+    colour = display.use_colour(args.color, sys.stdout)
+    if colour:
+        shown = display.colourize(result.text, result.runs, result.generation_spans,
+                                  show_spans=args.spans)
+    else:
+        shown = display.mark(result.text, result.runs, result.generation_spans, span_marks)
+    legend_colour = colour and (args.color == "always" or display.use_colour("auto", sys.stderr))
+    for line in display.legend(result.text, result.runs, legend_colour, span_marks):
+        print(line, file=sys.stderr)
+    if not colour:
+        clashes = display.marker_collisions(result.text, span_marks)
+        if clashes:
+            print(f"note: the prompt itself holds the marker character(s) "
+                  f"{', '.join(f'{char} (U+{ord(char):04X})' for char in clashes)}, so the "
+                  "markers are ambiguous here; --json gives the runs exactly", file=sys.stderr)
+    sys.stderr.flush()
+    _write(shown)
     return 0
 
 

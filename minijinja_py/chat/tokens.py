@@ -789,26 +789,43 @@ class ChatTokenizer:
         """Encode a render of marked inputs: marked control tokens as plain text, the rest
         normally. Returns (the text without markers, ids, each token's character offsets in
         that text, the generation spans moved into that text)."""
-        pieces = self._markers_re.split(marked)
+        # Even pieces are text, odd ones the token inside a marker pair (None: a lone marker,
+        # dropped, but it still separates the text around it).
+        pieces = [(piece, i % 2 == 1) for i, piece in enumerate(self._markers_re.split(marked))
+                  if piece]
+        ids, offsets = self._encode_pieces(pieces, want_offsets)
+        moved: List[Tuple[int, int]] = []
+        if spans:
+            # every marker character is dropped: a position moves back by the markers before it
+            markers = [m.start() for m in _ANY_MARKER_RE.finditer(marked)]
+            moved = [(start - bisect.bisect_left(markers, start),
+                      end - bisect.bisect_left(markers, end)) for start, end in spans]
+        return "".join(piece for piece, _ in pieces), ids, offsets, moved
+
+    def _encode_pieces(self, pieces: Sequence[Tuple[str, bool]], want_offsets: bool = False,
+                       split_special_tokens: Optional[bool] = None
+                       ) -> Tuple[List[int], List[Tuple[int, int]]]:
+        """Encode consecutive pieces of one text, each ``(text, as_plain_text)``: a plain-text
+        piece (a control token to sanitise) with no added token matched, the others normally.
+        Every normal piece but the first is encoded after a newline that is then dropped (no
+        SentencePiece prefix space in the middle of the text); all of them in one call, in
+        parallel where the tokenizer allows. Returns (ids, each token's character offsets in
+        the joined text; empty without ``want_offsets``)."""
         newline_ids = self._newline_ids
         skip = len(newline_ids)
-        # Even pieces are text, odd ones the token inside a marker pair (None: a lone marker,
-        # dropped, but it still separates the text around it). Every text piece but the first
-        # is encoded after a newline that is then dropped (no SentencePiece prefix space in the
-        # middle of the text); all of them in one call, in parallel where the tokenizer allows.
-        texts = [(i, piece) for i, piece in enumerate(pieces) if i % 2 == 0 and piece]
-        requests = [piece if i == 0 else "\n" + piece for i, piece in texts]
+        texts = [(i, piece) for i, (piece, plain) in enumerate(pieces) if piece and not plain]
+        first = next((i for i, (piece, _) in enumerate(pieces) if piece), -1)
+        requests = [piece if i == first else "\n" + piece for i, piece in texts]
         encoded = dict(zip((i for i, _ in texts),
-                           self._encode_texts(requests, None, want_offsets)))
+                           self._encode_texts(requests, split_special_tokens, want_offsets)))
         ids: List[int] = []
         offsets: List[Tuple[int, int]] = []
-        plain: List[str] = []
-        plain_pos = 0
-        for i, piece in enumerate(pieces):
+        position = 0
+        for i, (piece, plain) in enumerate(pieces):
             if not piece:
                 continue
             piece_offsets: Optional[List[Tuple[int, int]]]
-            if i % 2 == 1:
+            if plain:
                 # a control token from the caller: plain text, its tokens all cover its span
                 piece_ids = self._encode_as_text("\n" + piece)
                 if piece_ids[:skip] == newline_ids:
@@ -821,7 +838,7 @@ class ChatTokenizer:
                 piece_offsets = [(0, len(piece))] * len(piece_ids) if want_offsets else None
             else:
                 piece_ids, piece_offsets = encoded[i]
-                if i == 0:
+                if i == first:
                     pass
                 elif piece_ids[:skip] == newline_ids:
                     piece_ids = piece_ids[skip:]
@@ -829,21 +846,14 @@ class ChatTokenizer:
                         piece_offsets = [(max(start - 1, 0), max(end - 1, 0))
                                          for start, end in piece_offsets[skip:]]
                 else:  # the newline merged with the text: encode the piece alone
-                    piece_ids, piece_offsets = self._encode_texts([piece], None,
+                    piece_ids, piece_offsets = self._encode_texts([piece], split_special_tokens,
                                                                   want_offsets)[0]
             ids.extend(piece_ids)
             if piece_offsets is not None:
-                offsets.extend((start + plain_pos, end + plain_pos)
+                offsets.extend((start + position, end + position)
                                for start, end in piece_offsets)
-            plain.append(piece)
-            plain_pos += len(piece)
-        moved: List[Tuple[int, int]] = []
-        if spans:
-            # every marker character is dropped: a position moves back by the markers before it
-            markers = [m.start() for m in _ANY_MARKER_RE.finditer(marked)]
-            moved = [(start - bisect.bisect_left(markers, start),
-                      end - bisect.bisect_left(markers, end)) for start, end in spans]
-        return "".join(plain), ids, offsets, moved
+            position += len(piece)
+        return ids, offsets
 
 
 _ANY_MARKER_RE = re.compile(f"[{CONTROL_TOKEN_START}{CONTROL_TOKEN_END}]")

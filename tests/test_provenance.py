@@ -1,0 +1,204 @@
+"""Provenance renders: same text and errors as plain renders, and every character's origin
+checked by an oracle that re-renders with inputs replaced (tests/provenance_oracle.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corpus_support import CORPUS, FIXED_NOW, corpus_available, readme_counts, template_source
+from provenance_oracle import OracleReport, check
+
+from minijinja_py import ChatTemplate, Environment, Template, TemplateError
+
+pytestmark = pytest.mark.skipif(not corpus_available(), reason="shared corpus not found")
+
+
+def _outcome(call):
+    try:
+        return ("ok", call())
+    except Exception as exc:  # the class and message must be the same either way
+        return ("error", type(exc).__name__, str(exc))
+
+
+def _corpus_pairs():
+    contexts = {path.stem: json.loads(path.read_text(encoding="utf-8"))
+                for path in sorted((CORPUS / "contexts").glob("*.json"))}
+    for path in sorted((CORPUS / "templates").glob("*.jinja")):
+        yield path.stem, contexts
+
+
+@pytest.fixture(scope="module")
+def corpus_results():
+    """Every corpus pair rendered both ways (plain with spans, provenance)."""
+    rows = []
+    for slug, contexts in _corpus_pairs():
+        chat = ChatTemplate(template_source(slug), now=FIXED_NOW)
+        for name, context in contexts.items():
+            context = dict(context)
+            messages = context.pop("messages")
+            plain = _outcome(lambda: chat.render_with_spans(messages, **context))
+            traced = _outcome(lambda: chat.render_with_provenance(messages, **context))
+            rows.append((slug, name, chat, messages, context, plain, traced))
+    return rows
+
+
+def test_every_corpus_pair_renders_the_same_text_spans_and_errors(corpus_results):
+    _, _, pair_count = readme_counts()
+    assert len(corpus_results) == pair_count
+    differ = []
+    for slug, name, _, _, _, plain, traced in corpus_results:
+        if plain[0] == "ok" and traced[0] == "ok":
+            same = (plain[1].text == traced[1].text
+                    and list(plain[1].generation_spans) == list(traced[1].generation_spans))
+        else:
+            same = plain == traced
+        if not same:
+            differ.append(f"{slug}/{name}")
+    assert differ == []
+
+
+def test_runs_cover_the_text_in_order_and_nothing_is_unknown(corpus_results):
+    unknown = []
+    for slug, name, _, _, _, _, traced in corpus_results:
+        if traced[0] != "ok":
+            continue
+        result = traced[1]
+        position = 0
+        for run in result.runs:
+            assert run.start == position and run.end > run.start, f"{slug}/{name}"
+            position = run.end
+            if run.origin.kind == "unknown" or "?" in run.origin.paths:
+                unknown.append(f"{slug}/{name}")
+        assert position == len(result.text), f"{slug}/{name}"
+        assert type(result.text) is str
+    assert unknown == []
+
+
+def test_oracle_holds_on_every_corpus_pair(corpus_results):
+    report = OracleReport()
+    checked_pairs = 0
+    for slug, name, chat, messages, context, _, traced in corpus_results:
+        if traced[0] != "ok" or context.get("continue_final_message"):
+            continue
+        variables = chat.template_variables(messages, **context)
+        result = chat.template.render_with_provenance(variables)
+        check(chat.template.render, variables, result, report, f"{slug}/{name}")
+        checked_pairs += 1
+    assert report.failures == []
+    # the oracle did real work: most leaves were replaced and compared
+    assert checked_pairs > 1500 and report.checks > 10 * checked_pairs
+    assert report.moved < report.checks / 100
+
+
+# ---- operations, one at a time -----------------------------------------------------------------
+
+def _render(source, **variables):
+    return Template(source).render_with_provenance(**variables)
+
+
+def _pieces(result):
+    """(text, kind, path or None, offset) per run."""
+    return [(result.text[run.start:run.end], run.origin.kind,
+             run.origin.path or (run.origin.paths or None), run.origin.offset)
+            for run in result.runs]
+
+
+def _verbatim_runs_copy_their_input(result, variables):
+    for run in result.runs:
+        if run.origin.kind == "input":
+            value = variables[run.origin.path]
+            piece = result.text[run.start:run.end]
+            assert value[run.origin.offset:run.origin.offset + len(piece)] == piece
+
+
+@pytest.mark.parametrize("source, variables, expected_kinds", [
+    ("<{{ a + '|' + b }}>", {"a": "xy", "b": "zw"},
+     ["template", "input", "template", "input", "template"]),
+    ("{{ a ~ 1 ~ b }}", {"a": "xy", "b": "zw"}, ["input", "template", "input"]),
+    ("{{ a[1:3] }}|{{ a[-1] }}", {"a": "hello"}, ["input", "template", "input"]),
+    ("{{ a|trim }}.{{ a.strip() }}", {"a": "  hi  "}, ["input", "template", "input"]),
+    ("{{ a.split(',')|join('+') }}", {"a": "x,y,z"},
+     ["input", "template", "input", "template", "input"]),
+    ("{{ a.replace('b', 'B') }}", {"a": "abc"}, ["input", "derived", "input"]),
+    ("{{ '<%s>' % a }}{{ '[%s]'|format(a) }}", {"a": "q"},
+     ["template", "input", "template", "template", "input", "template"]),
+    ("{{ a|upper }}", {"a": "abc"}, ["derived"]),
+    ("{{ a|truncate(9) }}", {"a": "one two three four"}, ["input", "template"]),
+    ("{{ a|indent(2) }}", {"a": "x\ny"}, ["input", "derived", "template", "input"]),
+    ("{{ n + 1 }} {{ n }}", {"n": 4}, ["derived", "template", "derived"]),
+    ("{% for c in a %}{{ c }}-{% endfor %}", {"a": "ab"},
+     ["input", "template", "input", "template"]),
+    ("{% macro m(x) %}[{{ x }}]{% endmacro %}{{ m(a) }}", {"a": "v"},
+     ["template", "input", "template"]),
+    ("{% set s %}<{{ a }}>{% endset %}{{ s }}", {"a": "v"}, ["template", "input", "template"]),
+])
+def test_operations_keep_origins(source, variables, expected_kinds):
+    result = _render(source, **variables)
+    assert result.text == Template(source).render(**variables)
+    assert [piece[1] for piece in _pieces(result)] == expected_kinds
+    _verbatim_runs_copy_their_input(result, variables)
+
+
+def test_tojson_keeps_string_characters_and_derives_escapes_and_structure():
+    variables = {"d": {"k": 'say "hi"', "n": 3}}
+    result = _render("{{ d|tojson }}", **variables)
+    assert result.text == json.dumps(variables["d"])
+    kinds = {result.text[run.start:run.end]: run.origin for run in result.runs}
+    assert kinds["say "].kind == "input" and kinds["say "].path == 'd.k'
+    assert kinds['\\"'].kind == "derived" and kinds['\\"'].paths == ("d.k",)
+    assert all(run.origin.kind != "template" for run in result.runs)
+
+
+def test_template_text_is_located():
+    result = _render("ab\n{{ 'cd' }}{{ x }}", x="y")
+    first, second, third = result.runs
+    assert (first.origin.kind, first.origin.line, first.origin.column) == ("template", 1, 1)
+    assert (second.origin.kind, second.origin.line) == ("template", 2)
+    assert third.origin.path == "x"
+
+
+def test_dict_keys_are_inputs():
+    result = _render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+                     d={"city": "Paris"})
+    assert _pieces(result)[0] == ("city", "input", 'd{"city"}', 0)
+
+
+def test_plain_render_never_sees_origin_values():
+    template = Template("{{ a ~ b|upper }}")
+    template.render_with_provenance(a="x", b="y")
+    text = template.render(a="x", b="y")
+    assert text == "xY" and type(text) is str
+
+
+def test_errors_are_the_same_as_a_plain_render():
+    env = Environment()
+    for source in ("{{ a + 1 }}", "{{ a.nope.deeper }}", "{{ a * none }}", "{{ n|length }}"):
+        template = env.from_string(source)
+        plain = _outcome(lambda: template.render(a="x", n=5))
+        traced = _outcome(lambda: template.render_with_provenance(a="x", n=5).text)
+        assert plain == traced, source
+
+
+def test_limits_hold_in_a_provenance_render():
+    from minijinja_py import Limits, LimitExceededError
+
+    env = Environment(limits=Limits(max_steps=10_000))
+    template = env.from_string("{% for i in range(100000) %}{{ a }}{% endfor %}")
+    with pytest.raises(LimitExceededError):
+        template.render_with_provenance(a="x")
+
+
+def test_chat_template_result_matches_render_with_spans():
+    chat = ChatTemplate(template_source("trl-llama3-training"), now=FIXED_NOW)
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    plain = chat.render_with_spans(messages)
+    traced = chat.render_with_provenance(messages)
+    assert (traced.text, list(traced.generation_spans)) == (plain.text,
+                                                          list(plain.generation_spans))
+    assert plain.generation_spans  # the template has {% generation %}
+    hello = traced.text.index("Hello!")
+    assert traced.origin_at(hello).path == "messages[1].content"
+    with pytest.raises(TemplateError):
+        chat.render_with_provenance([])
