@@ -13,6 +13,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import datetime as _datetime
     from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+    from .provenance import ProvenanceResult
+
 from . import deadline as _deadline
 from . import limits as _limits
 from . import sandbox as _sandbox
@@ -266,19 +268,23 @@ class Template:
         >>> [(run.start, run.end, run.origin.kind) for run in result.runs]
         [(0, 3, 'template'), (3, 5, 'derived'), (5, 7, 'template'), (7, 9, 'input')]
         """
-        from .provenance import ProvenanceResult, public_runs, wrap_variables
+        from .provenance import ProvenanceResult, wrap_variables
         from .provenance_compiler import ProvenanceContext
 
         compiled = self._provenance_code()
-        variables = wrap_variables(dict(*args, **kwargs))
+        variables = dict(*args, **kwargs)
+        # only what the template can name can reach the output: the rest is passed as it is
+        read = self._provenance_names
+        variables.update(wrap_variables({name: value for name, value in variables.items()
+                                         if name in read}))
         text, spans = self._render(variables, True, compiled, ProvenanceContext)
-        runs = public_runs(text)
-        return ProvenanceResult(str.__str__(text), runs, spans)
+        return ProvenanceResult(str.__str__(text), None, spans, raw=text)
 
     def _provenance_code(self) -> Tuple[Any, Tuple[str, ...], Dict[str, Any]]:
         """(root, fresh names, blocks) compiled by the provenance compiler, made once."""
         compiled = getattr(self, "_provenance_compiled", None)
         if compiled is None:
+            from . import nodes as n
             from .provenance_compiler import ProvenanceCompiler, locate_literals
 
             env = self.environment
@@ -286,6 +292,7 @@ class Template:
             try:
                 ast = locate_literals(env._parse(self.source, self.name))
                 compiled = ProvenanceCompiler(env).compile_template(ast)
+                self._provenance_names = frozenset(node.name for node in ast.find_all(n.Name))
             except TemplateError as exc:
                 exc._attach_source(self.name, self.source)
                 raise

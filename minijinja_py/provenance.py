@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
@@ -111,15 +112,26 @@ class Run:
 
 class ProvenanceResult:
     """What :meth:`Template.render_with_provenance` returns: the text (identical to
-    ``render()``'s), the runs covering it in order, and the ``{% generation %}`` spans."""
+    ``render()``'s), the runs covering it in order, and the ``{% generation %}`` spans.
 
-    __slots__ = ("text", "runs", "generation_spans")
+    ``runs`` are built on first use from the render's compact record."""
 
-    def __init__(self, text: str, runs: List[Run], generation_spans: List[Tuple[int, int]]
-                 ) -> None:
+    __slots__ = ("text", "_runs", "_raw", "generation_spans")
+
+    def __init__(self, text: str, runs: Optional[List[Run]],
+                 generation_spans: List[Tuple[int, int]], raw: Any = None) -> None:
         self.text = text
-        self.runs = runs
+        self._runs = runs
+        self._raw = raw
         self.generation_spans = generation_spans
+
+    @property
+    def runs(self) -> List[Run]:
+        """:class:`Run` objects covering ``text`` in order."""
+        if self._runs is None:
+            self._runs = public_runs(self._raw)
+            self._raw = None
+        return self._runs
 
     def origin_at(self, index: int) -> Origin:
         """The origin of character ``index`` of the text."""
@@ -319,9 +331,19 @@ def _with_runs(text: str, runs: list, *inputs: Any) -> str:
 # ---- values that carry origins ---------------------------------------------------------------
 
 class PStr(str):
-    """A str that knows the origin of each of its characters (``_runs``)."""
+    """A str that knows the origin of each of its characters (``_runs``).
 
-    _runs: Tuple[tuple, ...] = ()
+    A str joined from pieces (output, ``~``, ``+`` chains) records the pieces instead
+    (``_parts``) and works its runs out on first use: most joined strings are only joined
+    again, and the runs of the final output are then worked out once."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_runs":
+            parts = self.__dict__.pop("_parts", None)
+            runs = _flatten(parts if parts is not None else [(len(self), None)])
+            self._runs = runs
+            return runs
+        raise AttributeError(name)
 
     def __str__(self) -> str:
         return self
@@ -732,6 +754,13 @@ def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[s
     braces: ``tools[0].function.parameters.properties{"city"}``."""
     memo: Dict[int, Any] = {}
     budget = [limit]
+    new_str = PStr
+    input_kind = _INPUT
+
+    def text(value: str, path: str) -> str:
+        result = new_str(value)
+        result._runs = ((0, len(value), (input_kind, path), 0),)
+        return result
 
     def wrap(value: Any, path: str) -> Any:
         budget[0] -= 1
@@ -739,11 +768,30 @@ def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[s
             return value  # past the limit: the rest keeps no origins (counted unknown)
         kind = type(value)
         if kind is str:
-            if not value:
-                return value
-            result = PStr(value)
-            result._runs = ((0, len(value), (_INPUT, path), 0),)
-            return result
+            return text(value, path) if value else value
+        if kind is dict:
+            known = memo.get(id(value))
+            if known is not None:
+                return known
+            copy: Dict[Any, Any] = {}
+            memo[id(value)] = copy
+            for key, item in value.items():
+                if type(key) is str:
+                    if key.isidentifier():
+                        item_path = f"{path}.{key}"
+                        key_path = f'{path}{{"{key}"}}'
+                    else:
+                        quoted = json.dumps(key, ensure_ascii=False)
+                        item_path = f"{path}[{quoted}]"
+                        key_path = f"{path}{{{quoted}}}"
+                    # strings, the common case, without a call of wrap
+                    copy[text(key, key_path) if key else key] = (
+                        (text(item, item_path) if item else item) if type(item) is str
+                        else wrap(item, item_path))
+                else:
+                    copy[key] = wrap(item, _key_path(path, key))
+            budget[0] -= len(value)
+            return copy
         if kind is int:
             result = PInt(value)
             result._source = (_DERIVED, frozenset((path,)))
@@ -752,18 +800,6 @@ def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[s
             result = PFloat(value)
             result._source = (_DERIVED, frozenset((path,)))
             return result
-        if kind is dict:
-            known = memo.get(id(value))
-            if known is not None:
-                return known
-            copy: Dict[Any, Any] = {}
-            memo[id(value)] = copy
-            for key, item in value.items():
-                key_path = f"{path}{{{json.dumps(key, ensure_ascii=False)}}}" \
-                    if isinstance(key, str) else path
-                copy[wrap(key, key_path) if type(key) is str else key] = \
-                    wrap(item, _key_path(path, key))
-            return copy
         if kind is list:
             known = memo.get(id(value))
             if known is not None:
@@ -788,30 +824,81 @@ def template_string(text: str, line: int, column: int) -> str:
     return result
 
 
+#: A joined piece longer than this has its runs worked out when it is joined, so that a long
+#: chain of joins (``ns.text = ns.text + piece`` in a loop) keeps no earlier text alive.
+_LAZY_PIECE_LIMIT = 1024
+
+
 def join_pieces(pieces: Sequence[str]) -> str:
-    """``"".join(pieces)`` keeping every piece's origins."""
+    """``"".join(pieces)`` keeping every piece's origins (worked out when first needed)."""
     text = "".join(pieces)
     if not text:
         return text
+    parts: list = []
+    for piece in pieces:
+        if not piece:
+            continue
+        if type(piece) is PStr:
+            known = piece.__dict__.get("_runs")
+            if known is None and len(piece) > _LAZY_PIECE_LIMIT:
+                known = piece._runs
+            parts.append(piece if known is None else (len(piece), known))
+        else:
+            parts.append((len(piece), None))  # a str without origins
+    result = PStr(text)
+    result._parts = parts
+    return result
+
+
+def _flatten(parts: list) -> Tuple[tuple, ...]:
+    """The runs of a joined str from its parts: (length, runs or None) pairs and joined
+    PStr whose own parts are expanded in place (without recursion: chains may be long)."""
     runs: list = []
-    _shifted(runs, pieces)
-    return _make(text, runs)
+    position = 0
+    stack = [iter(parts)]
+    while stack:
+        for part in stack[-1]:
+            if type(part) is tuple:
+                length, part_runs = part
+                if part_runs is None:
+                    _append(runs, position, position + length, _UNKNOWN_SOURCE, -1)
+                else:
+                    for start, end, source, offset in part_runs:
+                        _append(runs, start + position, end + position, source, offset)
+                position += length
+                continue
+            known = part.__dict__.get("_runs")
+            if known is not None:
+                for start, end, source, offset in known:
+                    _append(runs, start + position, end + position, source, offset)
+                position += len(part)
+                continue
+            stack.append(iter(part.__dict__["_parts"]))
+            break
+        else:
+            stack.pop()
+    return tuple(runs)
 
 
 def public_runs(value: str) -> List[Run]:
-    """The runs of a rendered str as :class:`Run` objects."""
+    """The runs of a rendered str as :class:`Run` objects (runs with the same origin share
+    one :class:`Origin`: treat origins as read-only)."""
     result = []
+    origins: Dict[Tuple[tuple, int], Origin] = {}
     for start, end, source, offset in runs_of(value):
-        kind = source[0]
-        if kind == _TEMPLATE:
-            origin = Origin("template", offset=offset if offset >= 0 else None,
-                            line=source[1], column=source[2])
-        elif kind == _INPUT:
-            origin = Origin("input", path=source[1], offset=offset)
-        elif source[1] == frozenset((UNKNOWN_PATH,)):
-            origin = Origin("unknown")
-        else:
-            origin = Origin("derived", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
+        origin = origins.get((source, offset))
+        if origin is None:
+            kind = source[0]
+            if kind == _TEMPLATE:
+                origin = Origin("template", offset=offset if offset >= 0 else None,
+                                line=source[1], column=source[2])
+            elif kind == _INPUT:
+                origin = Origin("input", path=source[1], offset=offset)
+            elif source == _UNKNOWN_SOURCE:
+                origin = Origin("unknown")
+            else:
+                origin = Origin("derived", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
+            origins[(source, offset)] = origin
         result.append(Run(start, end, origin))
     return result
 
@@ -963,11 +1050,33 @@ class _Untraceable(Exception):
     pass
 
 
+def _paths_of(runs: Sequence[tuple]) -> FrozenSet[str]:
+    """The input paths (UNKNOWN_PATH for text without origins) a str's runs name."""
+    paths: set = set()
+    for run in runs:
+        source = run[2]
+        if source[0] == _INPUT:
+            paths.add(source[1])
+        elif source[0] == _DERIVED:
+            paths.update(source[1])
+    return frozenset(paths)
+
+
+def _source_for(paths: Any) -> tuple:
+    return (_DERIVED, frozenset(paths)) if paths else _COMPUTED
+
+
 def _json_pieces(value: Any, pieces: List[str], ensure_ascii: bool, indent: Any,
                  separators: Any, sort_keys: bool) -> None:
     """``json.dumps`` rebuilt piece by piece: a str keeps its characters' origins where the
-    encoding leaves them as they are; quotes, escapes and structure are derived from the
-    value they belong to (structure from everything inside the container)."""
+    encoding leaves them as they are; quotes and escapes are derived from the str, structure
+    (brackets, separators, indentation, and the booleans and nulls inside) from everything
+    the container holds. Linear: each container's origins are gathered once, from its
+    children, and its structure pieces filled in afterwards."""
+    from json.encoder import encode_basestring, encode_basestring_ascii
+
+    encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
+    escaped = _JSON_ESCAPE_ASCII if ensure_ascii else _JSON_ESCAPE
     if separators is not None:
         item_separator, key_separator = separators
     else:
@@ -975,74 +1084,109 @@ def _json_pieces(value: Any, pieces: List[str], ensure_ascii: bool, indent: Any,
     if indent is not None and not isinstance(indent, str):
         indent = " " * indent
 
-    def encode(item: Any, level: int) -> None:
+    def string(item: str) -> FrozenSet[str]:
+        if type(item) is PStr:
+            paths = _paths_of(item._runs)
+        else:
+            paths = frozenset((UNKNOWN_PATH,))
+        encoded = encode_text(item)
+        quote = _make('"', [(0, 1, _source_for(paths), -1)])
+        pieces.append(quote)
+        if len(encoded) == len(item) + 2:  # nothing escaped
+            pieces.append(item)
+        else:
+            cursor = 0
+            for match in escaped.finditer(item):
+                at = match.start()
+                if at > cursor:
+                    pieces.append(item[cursor:at])
+                char = item[at:at + 1]
+                pieces.append(derive(encode_text(str.__str__(char))[1:-1], char))
+                cursor = at + 1
+            if cursor < len(item):
+                pieces.append(item[cursor:])
+        pieces.append(quote)
+        return paths
+
+    def encode(item: Any, level: int, structure: List[Tuple[int, str]]) -> FrozenSet[str]:
+        """Append ``item``'s pieces; return the paths it holds. Pieces without origins of
+        their own go to ``structure`` (index, text): the enclosing container's."""
         if isinstance(item, str):
-            string(item)
-        elif item is None or item is True or item is False or \
-                isinstance(item, (int, float)):
+            return string(item)
+        kind = type(item)
+        if kind is PInt or kind is PFloat:
             pieces.append(derive(json.dumps(item), item))
-        elif isinstance(item, (list, tuple)):
-            container(item, list(item), level, False)
-        elif isinstance(item, dict):
+            return _paths_of([(0, 0, item._source, -1)])
+        if item is None or item is True or item is False or isinstance(item, (int, float)):
+            structure.append((len(pieces), json.dumps(item)))
+            pieces.append("")
+            return frozenset()
+        if isinstance(item, (list, tuple)):
+            return container(list(item), level, False)
+        if isinstance(item, dict):
             entries = list(item.items())
             if sort_keys:
                 entries.sort(key=lambda entry: entry[0])
-            container(item, entries, level, True)
-        else:
-            raise _Untraceable
+            return container(entries, level, True)
+        raise _Untraceable
 
-    def string(item: str) -> None:
-        encoded = json.dumps(item, ensure_ascii=ensure_ascii)
-        quote = derive('"', item)
-        if encoded[1:-1] == item:
-            pieces.extend((quote, item, quote))
-            return
-        pieces.append(quote)
-        for char in item:
-            escaped = json.dumps(char, ensure_ascii=ensure_ascii)[1:-1]
-            pieces.append(char if escaped == char else derive(escaped, char))
-        pieces.append(quote)
+    def container(entries: list, level: int, is_dict: bool) -> FrozenSet[str]:
+        structure: List[Tuple[int, str]] = []
 
-    def container(item: Any, entries: list, level: int, is_dict: bool) -> None:
-        source = _derived_source(sources_of(item)) or _COMPUTED
-
-        def structure(text: str) -> str:
-            return _make(text, [(0, len(text), source, -1)])
+        def add(text: str) -> None:
+            if text:
+                structure.append((len(pieces), text))
+                pieces.append("")
 
         opening, closing = ("{", "}") if is_dict else ("[", "]")
+        paths: set = set()
         if not entries:
-            pieces.append(structure(opening + closing))
-            return
-        pieces.append(structure(opening))
-        inner = level + 1
-        if indent is not None:
-            first_separator = "\n" + indent * inner
-            separator = item_separator + first_separator
-            ending = "\n" + indent * level + closing
+            add(opening + closing)
         else:
-            first_separator, separator, ending = "", item_separator, closing
-        for position, entry in enumerate(entries):
-            between = separator if position else first_separator
-            if between:
-                pieces.append(structure(between))
-            if is_dict:
-                key, val = entry
-                if isinstance(key, str):
-                    string(key)
-                elif key is None or isinstance(key, (bool, int, float)):
-                    text = {None: "null", True: "true", False: "false"}.get(key) \
-                        if key is None or isinstance(key, bool) else \
-                        (int.__repr__(key) if isinstance(key, int) else float.__repr__(key))
-                    pieces.append(derive(f'"{text}"', key, item))
-                else:
-                    raise _Untraceable
-                pieces.append(structure(key_separator))
-                encode(val, inner)
+            add(opening)
+            inner = level + 1
+            if indent is not None:
+                first_separator = "\n" + indent * inner
+                separator = item_separator + first_separator
+                ending = "\n" + indent * level + closing
             else:
-                encode(entry, inner)
-        pieces.append(structure(ending))
+                first_separator, separator, ending = "", item_separator, closing
+            for position, entry in enumerate(entries):
+                add(separator if position else first_separator)
+                if is_dict:
+                    key, val = entry
+                    if isinstance(key, str):
+                        paths.update(string(key))
+                    elif key is None or isinstance(key, (bool, int, float)):
+                        text = {None: "null", True: "true", False: "false"}.get(key) \
+                            if key is None or isinstance(key, bool) else \
+                            (int.__repr__(key) if isinstance(key, int) else float.__repr__(key))
+                        if type(key) in (PInt, PFloat):
+                            pieces.append(derive(f'"{text}"', key))
+                            paths.update(_paths_of([(0, 0, key._source, -1)]))
+                        else:
+                            add(f'"{text}"')
+                    else:
+                        raise _Untraceable
+                    add(key_separator)
+                    paths.update(encode(val, inner, structure))
+                else:
+                    paths.update(encode(entry, inner, structure))
+            add(ending)
+        source = _source_for(paths)
+        for index, text in structure:
+            pieces[index] = _make(text, [(0, len(text), source, -1)])
+        return frozenset(paths)
 
-    encode(value, 0)
+    top: List[Tuple[int, str]] = []
+    paths = encode(value, 0, top)
+    source = _source_for(paths)
+    for index, text in top:
+        pieces[index] = _make(text, [(0, len(text), source, -1)])
+
+
+_JSON_ESCAPE = re.compile(r'[\x00-\x1f\\"\b\f\n\r\t]')
+_JSON_ESCAPE_ASCII = re.compile(r'([\\"]|[^\ -~])')
 
 
 #: Filters whose result copies parts of their operands: name -> tracer(result, value, *args,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 import copy
 
 from . import nodes as n
+from .arith import apply as arith_apply
 from .codegen import to_text as _to_text
 from .compiler import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
@@ -48,6 +49,17 @@ def _printed(value: Any) -> str:
     if isinstance(value, (PInt, PFloat)):
         return str(value)
     return derive(_to_text(value), value)
+
+
+def _add_one(value: Any, other: Any, link: n.Node) -> Any:
+    """``value + other`` as the ordinary compiler computes one link of a `+` chain."""
+    try:
+        return arith_apply("+", value, other)
+    except TemplateError as exc:
+        exc._locate(link.lineno, link.column)
+        raise
+    except Exception as exc:
+        raise _locate(exc, link) from exc
 
 
 def _settled_call(result: Any, inputs: Any) -> Any:
@@ -133,6 +145,56 @@ class ProvenanceCompiler(Compiler):
 
         return concat
 
+    def e_binop(self, node: n.Node) -> Any:
+        if node.op != "+":
+            return super().e_binop(node)
+        # `a + b + c ...`: while the operands are str, one join keeps all their origins
+        # (Python's `+` one link at a time would build and merge every prefix)
+        chain: List[n.Node] = []
+        current = node
+        while isinstance(current, n.BinOp) and current.op == "+":
+            chain.append(current)
+            current = current.left
+        chain.reverse()
+        operands = [self.expr(current)] + [self.expr(link.right) for link in chain]
+
+        def add(scope: Scope) -> Any:
+            pieces: List[str] = []
+            built = 0
+            total = 0
+            value: Any = None
+            for index, operand in enumerate(operands):
+                item = operand(scope)
+                if index and not pieces:
+                    value = _add_one(value, item, chain[index - 1])
+                    continue
+                kind = type(item)
+                if kind is PStr or kind is str:
+                    pieces.append(item)
+                    total += len(item)
+                    if index:
+                        built += total
+                    continue
+                value = join_pieces(pieces) if pieces else None
+                value = item if value is None else _add_one(value, item, chain[index - 1])
+                pieces = []
+            if pieces:
+                if total >= 1_000_000:
+                    try:
+                        check_string_size(total)
+                    except TemplateError as exc:
+                        exc._locate(node.lineno, node.column)
+                        raise
+                value = join_pieces(pieces)
+            if built >> CHARS_SHIFT:
+                try:
+                    scope.ctx.charge(built >> CHARS_SHIFT)
+                except TemplateError as exc:
+                    raise _locate(exc, node) from None
+            return value
+
+        return add
+
     def e_call(self, node: n.Node) -> Any:
         if isinstance(node.node, n.Getattr):
             # methods: provenance.traced_method, reached through the sandbox's method table
@@ -155,6 +217,7 @@ class ProvenanceCompiler(Compiler):
 
 ProvenanceCompiler.expressions = {**Compiler.expressions,
                                   n.Concat: ProvenanceCompiler.e_concat,
+                                  n.BinOp: ProvenanceCompiler.e_binop,
                                   n.Call: ProvenanceCompiler.e_call}
 ProvenanceCompiler.statements = {**Compiler.statements, n.Output: ProvenanceCompiler.s_output}
 

@@ -186,6 +186,20 @@ def test_spans_and_provenance_together() -> None:
                 assert before not in (INPUT_OPEN, DERIVED_OPEN, UNKNOWN_OPEN)
 
 
+def test_empty_and_nested_generation_spans(tmp_path: Path) -> None:
+    template = tmp_path / "g.jinja"
+    template.write_text("{% for m in messages %}{% generation %}{{ m.content }}"
+                        "{% endgeneration %}|{% endfor %}")
+    messages = json.dumps([{"role": "assistant", "content": ""},
+                           {"role": "assistant", "content": "x"}])
+    args = ["render", str(template), "--messages", "-", "--spans"]
+    spans = run(args, stdin=messages)
+    assert spans.stdout == f"{SPAN_OPEN}{SPAN_CLOSE}|{SPAN_OPEN}x{SPAN_CLOSE}|"
+    both = run(args + ["--provenance"], stdin=messages)
+    assert both.stdout == f"{SPAN_OPEN}{SPAN_CLOSE}|{SPAN_OPEN}{INPUT_OPEN}x{INPUT_CLOSE}" \
+        f"{SPAN_CLOSE}|"
+
+
 def test_marker_characters_in_the_prompt_get_a_note() -> None:
     messages = json.dumps([{"role": "user", "content": f"quote {INPUT_OPEN}this{INPUT_CLOSE}"}])
     result = run(["render", str(EXAMPLE), "--messages", "-", "--provenance"], stdin=messages)
@@ -244,6 +258,32 @@ def test_colours_on_a_terminal_unless_no_color() -> None:
         assert strip_markers(out) == plain
     code, out, _ = run_in_terminal(["render", str(EXAMPLE)])
     assert code == 0 and out == plain  # no --provenance: no colour, no markers
+
+
+def test_control_characters_cannot_fake_the_display(tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("<{{ messages[0].content }}>")
+    messages = json.dumps([{"role": "user", "content": "a\x1b[0mb\r"}])
+    args = ["render", str(template), "--messages", "-", "--provenance"]
+    # in colour, the message's escape sequence is shown, not obeyed
+    result = run(args + ["--color", "always"], stdin=messages)
+    assert result.stdout == f"<{GREEN}a\u241b[0mb\u240d\x1b[0m>"
+    assert "2 control character(s)" in result.stderr
+    # plain markers into a pipe: the exact text
+    result = run(args, stdin=messages)
+    assert result.stdout == f"<{INPUT_OPEN}a\x1b[0mb\r{INPUT_CLOSE}>"
+    assert "control character" not in result.stderr
+    if sys.platform != "win32":  # plain markers on a terminal: symbols again
+        code, out, err = run_in_terminal(args[:3] + [json_file(tmp_path, messages)] + args[4:],
+                                         NO_COLOR="1")  # (a terminal gets a final newline)
+        assert code == 0 and out == f"<{INPUT_OPEN}a\u241b[0mb\u240d{INPUT_CLOSE}>\n"
+        assert "2 control character(s)" in err
+
+
+def json_file(folder: Path, text: str) -> str:
+    path = folder / "messages.json"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
 
 
 # ---- JSON -------------------------------------------------------------------------------------

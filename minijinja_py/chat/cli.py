@@ -479,11 +479,14 @@ def _show_provenance(args: argparse.Namespace, result: Any, has_generation: bool
               "mark", file=sys.stderr)
     span_marks = (SPAN_OPEN, SPAN_CLOSE) if args.spans else None
     colour = display.use_colour(args.color, sys.stdout)
+    terminal = colour or sys.stdout.isatty()  # show the prompt's control characters as symbols
     if colour:
         shown = display.colourize(result.text, result.runs, result.generation_spans,
                                   show_spans=args.spans)
     else:
         shown = display.mark(result.text, result.runs, result.generation_spans, span_marks)
+        if terminal:
+            shown = display.show_controls(shown)
     legend_colour = colour and (args.color == "always" or display.use_colour("auto", sys.stderr))
     for line in display.legend(result.text, result.runs, legend_colour, span_marks):
         print(line, file=sys.stderr)
@@ -493,6 +496,11 @@ def _show_provenance(args: argparse.Namespace, result: Any, has_generation: bool
             print(f"note: the prompt itself holds the marker character(s) "
                   f"{', '.join(f'{char} (U+{ord(char):04X})' for char in clashes)}, so the "
                   "markers are ambiguous here; --json gives the runs exactly", file=sys.stderr)
+    controls = display.count_controls(result.text) if terminal else 0
+    if controls:
+        print(f"note: the prompt holds {controls:,} control character(s), shown as symbols "
+              "(ESC as \u241b) so they cannot act on the terminal; --json gives the text "
+              "exactly", file=sys.stderr)
     sys.stderr.flush()
     _write(shown)
     return 0

@@ -43,6 +43,7 @@ from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, _special_
 from .schema import get_json_schema
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .. import ProvenanceResult
     from .tokens import ChatTokenizer
 
 __all__ = [

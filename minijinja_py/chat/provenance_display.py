@@ -10,7 +10,9 @@ token), ``derived`` (computed from input: JSON-encoded, escaped, case-changed...
 - **colours** (a terminal, or ``--color always``): template text as it is, verbatim input green,
   derived input cyan, unknown bold yellow; with ``--spans`` the output of ``{% generation %}``
   blocks is also underlined. Every line is closed with a reset, so pagers (``less -R``) and
-  ``grep`` show each line on its own.
+  ``grep`` show each line on its own. On a terminal (in colour or not) the prompt's own control
+  characters are shown as symbols (ESC as ``␛``, CR as ``␍``), with a note on stderr, so an
+  escape sequence in a message cannot fake the colours or hide the markers.
 - **plain markers** (not a terminal, ``--color never``, or ``NO_COLOR``): template text as it
   is, each verbatim copy of one input wrapped as ``⟪…⟫``, derived text as ``⦅…⦆``, unknown as
   ``⁅…⁆``; text that mixes derived and verbatim input (``tojson`` of a tool schema) is one
@@ -32,8 +34,8 @@ import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __all__ = ["KINDS", "MARKERS", "COLOURS", "SPAN_STYLE", "use_colour", "segments", "span_events",
-           "span_marks_at", "mark", "colourize", "legend", "marker_collisions", "strip_markers",
-           "strip_colours"]
+           "span_marks_at", "mark", "colourize", "show_controls", "count_controls", "legend",
+           "marker_collisions", "strip_markers", "strip_colours"]
 
 #: The origin kinds, in the order the legend lists them.
 KINDS = ("template", "input", "derived", "unknown")
@@ -148,17 +150,19 @@ def mark(text: str, runs: Sequence[Any], spans: Sequence[Tuple[int, int]] = (),
         spans = ()
     opens, closes, empties = span_events(spans)
     out: List[str] = []
-    group: List[Tuple[str, int, str]] = []  # (kind, run index, text), merged where allowed
+    group: List[Tuple[str, int, List[str]]] = []  # (kind, run index, pieces) merged if allowed
 
     def flush() -> None:
         nested = "derived" in {kind for kind, _, _ in group} and len(group) > 1
         if nested:
             out.append(MARKERS["derived"][0])
-        for kind, _, piece in group:
+        for kind, _, pieces in group:
             if nested and kind == "derived":
-                out.append(piece)
+                out.extend(pieces)
             else:
-                out.extend((MARKERS[kind][0], piece, MARKERS[kind][1]))
+                out.append(MARKERS[kind][0])
+                out.extend(pieces)
+                out.append(MARKERS[kind][1])
         if nested:
             out.append(MARKERS["derived"][1])
         group.clear()
@@ -171,9 +175,9 @@ def mark(text: str, runs: Sequence[Any], spans: Sequence[Tuple[int, int]] = (),
             flush()
             out.append(text[start:end])
         elif group and group[-1][0] == kind and (kind != "input" or group[-1][1] == index):
-            group[-1] = (kind, index, group[-1][2] + text[start:end])
+            group[-1][2].append(text[start:end])
         else:
-            group.append((kind, index, text[start:end]))
+            group.append((kind, index, [text[start:end]]))
     flush()
     if span_marks is not None:
         out.append(span_marks_at(len(text), opens, closes, empties, span_marks))
@@ -188,10 +192,35 @@ def _styled(text: str, style: str) -> str:
                      for line in text.split("\n"))
 
 
+#: Characters a terminal acts on rather than shows (C0 but tab and newline, DEL, C1): in the
+#: prompt they could move the cursor or fake the colours, so a terminal display shows symbols.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _control_symbol(match: "re.Match[str]") -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␀ ... ␟ (␛ for ESC, ␍ for CR)
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return f"<U+{code:04X}>"
+
+
+def count_controls(text: str) -> int:
+    """How many characters :func:`show_controls` would replace."""
+    return len(_CONTROLS.findall(text))
+
+
+def show_controls(text: str) -> str:
+    """``text`` with terminal control characters as visible symbols (``ESC`` as ``␛``)."""
+    return _CONTROLS.sub(_control_symbol, text)
+
+
 def colourize(text: str, runs: Sequence[Any], spans: Sequence[Tuple[int, int]] = (),
               show_spans: bool = False) -> str:
     """``text`` with ANSI colours by kind (:data:`COLOURS`), generation spans underlined when
-    ``show_spans``."""
+    ``show_spans``. Control characters of the text are shown as symbols
+    (:func:`show_controls`): an escape sequence in a message must not fake the colours."""
     out: List[str] = []
     pending: List[str] = []
     pending_style: Optional[str] = None
@@ -202,7 +231,7 @@ def colourize(text: str, runs: Sequence[Any], spans: Sequence[Tuple[int, int]] =
             out.append(_styled("".join(pending), pending_style or ""))
             pending = []
         pending_style = style
-        pending.append(text[start:end])
+        pending.append(show_controls(text[start:end]))
     if pending:
         out.append(_styled("".join(pending), pending_style or ""))
     return "".join(out)
