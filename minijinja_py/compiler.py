@@ -192,6 +192,10 @@ class Compiler:
     #: Hot loop bodies become generated Python (codegen.py); the provenance compiler, whose
     #: values carry origins that generated code would not keep, turns this off.
     generates_code = True
+    #: How ``{{ value }}`` and ``~`` print a value that is not a str, and how ``~`` joins the
+    #: pieces: the provenance compiler swaps in versions that keep origins.
+    printer = staticmethod(_to_text)
+    join_text = staticmethod("".join)
     expressions: Dict[type, Callable[["Compiler", Any], Expr]]  # node type -> method
     statements: Dict[type, Callable[["Compiler", Any], Stmt]]
 
@@ -292,6 +296,7 @@ class Compiler:
     def s_output(self, node: n.Node) -> Stmt:
         if self.autoescape:
             return self.escaped_output(node)
+        printer = self.printer
         items: List[Tuple[bool, Any]] = []
         for item in node.nodes:
             if isinstance(item, n.TemplateData):
@@ -325,7 +330,7 @@ class Compiler:
                 value = expression(scope)
                 if type(value) is not str:
                     try:
-                        value = _to_text(value)
+                        value = printer(value)
                     except Exception as exc:
                         raise _locate(exc, expression_node) from exc
                 out.append(value)
@@ -348,7 +353,7 @@ class Compiler:
                 value = item[0](scope)
                 if type(value) is not str:
                     try:
-                        value = _to_text(value)
+                        value = printer(value)
                     except Exception as exc:
                         raise _locate(exc, item[1]) from exc
                 out.append(value)
@@ -1534,7 +1539,6 @@ class Compiler:
         first_constant = _constant(current)
         steps = [(_constant(link.right), self.expr(link.right), link) + self.local_lookup(link.right)
                  for link in chain]
-        count = len(steps)
 
         def add_slowly(value: Any, index: int, scope: Scope) -> Any:
             """Python's `+`, one link at a time from ``index`` on."""
@@ -1657,19 +1661,21 @@ class Compiler:
 
     def e_concat(self, node: n.Node) -> Expr:
         parts = [self.expr(p) for p in node.nodes]
+        printer = self.printer
+        join = self.join_text
 
         def concat(scope: Scope) -> str:
             try:
                 pieces = []
                 for part in parts:
                     value = part(scope)
-                    pieces.append(value if type(value) is str else _to_text(value))
+                    pieces.append(value if type(value) is str else printer(value))
                 total = sum(map(len, pieces))
                 if total >> CHARS_SHIFT:
                     if total > 1_000_000:
                         check_string_size(total)
                     scope.ctx.charge(total >> CHARS_SHIFT)
-                return "".join(pieces)
+                return join(pieces)
             except TemplateError as exc:
                 exc._locate(node.lineno, node.column)
                 raise

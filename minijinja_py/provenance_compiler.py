@@ -17,7 +17,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, List, Optional, Tuple
+    from typing import Any, List
 
 import copy
 
@@ -77,6 +77,8 @@ class ProvenanceCompiler(Compiler):
     :func:`locate_literals`) for renders that record every character's origin."""
 
     generates_code = False
+    printer = staticmethod(_printed)
+    join_text = staticmethod(join_pieces)
 
     def __init__(self, env: Any) -> None:
         # Filters get an environment whose filter table gives results with origins, also
@@ -85,65 +87,6 @@ class ProvenanceCompiler(Compiler):
         traced.filters = {name: traced_filter(name, function)
                           for name, function in env.filters.items()}
         super().__init__(traced)
-
-    def s_output(self, node: n.Node) -> Any:
-        if self.autoescape:
-            return self.escaped_output(node)
-        items: List[Tuple[bool, Any]] = []
-        for item in node.nodes:
-            if isinstance(item, n.TemplateData):
-                items.append((True, item.data))
-            elif isinstance(item, n.Const) and isinstance(item.value, str):
-                items.append((True, item.value))
-            else:
-                items.append((False, (self.expr(item), item)))
-
-        def output(scope: Scope, out: list) -> None:
-            size = 0
-            for is_text, item in items:
-                if is_text:
-                    out.append(item)
-                    size += len(item)
-                    continue
-                value = item[0](scope)
-                if type(value) is not PStr:
-                    try:
-                        value = _printed(value)
-                    except Exception as exc:
-                        raise _locate(exc, item[1]) from exc
-                out.append(value)
-                size += len(value)
-            ctx = scope.ctx
-            ctx.output_size += size
-            if ctx.output_size > ctx.max_output:
-                raise _locate(ctx.limits.exceeded(
-                    "max_output_size", "rendered output too large"), node)
-
-        return output
-
-    def e_concat(self, node: n.Node) -> Any:
-        parts = [self.expr(p) for p in node.nodes]
-
-        def concat(scope: Scope) -> str:
-            try:
-                pieces = []
-                for part in parts:
-                    value = part(scope)
-                    pieces.append(value if isinstance(value, str) and
-                                  type(value) in (str, PStr) else _printed(value))
-                total = sum(map(len, pieces))
-                if total >> CHARS_SHIFT:
-                    if total > 1_000_000:
-                        check_string_size(total)
-                    scope.ctx.charge(total >> CHARS_SHIFT)
-                return join_pieces(pieces)
-            except TemplateError as exc:
-                exc._locate(node.lineno, node.column)
-                raise
-            except Exception as exc:
-                raise _locate(exc, node) from exc
-
-        return concat
 
     def e_binop(self, node: n.Node) -> Any:
         if node.op != "+":
@@ -216,10 +159,8 @@ class ProvenanceCompiler(Compiler):
 
 
 ProvenanceCompiler.expressions = {**Compiler.expressions,
-                                  n.Concat: ProvenanceCompiler.e_concat,
                                   n.BinOp: ProvenanceCompiler.e_binop,
                                   n.Call: ProvenanceCompiler.e_call}
-ProvenanceCompiler.statements = {**Compiler.statements, n.Output: ProvenanceCompiler.s_output}
 
 
 def locate_literals(ast: n.Node) -> n.Node:
