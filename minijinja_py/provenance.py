@@ -635,45 +635,40 @@ def _formatted(result: str, template: str, values: Any,
     return _with_runs(result, runs, template, values)
 
 
-class PInt(int):
-    """An int read from the input: remembers its path (``_source``)."""
+class _InputNumber:
+    """What PInt and PFloat share: they remember their path (``_source``), print as a str
+    derived from it, and are immutable (copies are themselves)."""
 
+    __slots__ = ()
+    _base: type = int
     _source: tuple = _UNKNOWN_SOURCE
 
     def __str__(self) -> str:
-        return _make(int.__repr__(self), [(0, len(int.__repr__(self)), self._source, -1)])
-
-    __repr__ = __str__
-
-    def __format__(self, spec: str) -> str:
-        return derive(int.__format__(self, spec), self)
-
-    def __copy__(self) -> "PInt":
-        return self
-
-    def __deepcopy__(self, memo: Any) -> "PInt":
-        return self
-
-
-class PFloat(float):
-    """A float read from the input: remembers its path (``_source``)."""
-
-    _source: tuple = _UNKNOWN_SOURCE
-
-    def __str__(self) -> str:
-        text = float.__repr__(self)
+        text = self._base.__repr__(self)
         return _make(text, [(0, len(text), self._source, -1)])
 
     __repr__ = __str__
 
     def __format__(self, spec: str) -> str:
-        return derive(float.__format__(self, spec), self)
+        return derive(self._base.__format__(self, spec), self)
 
-    def __copy__(self) -> "PFloat":
+    def __copy__(self) -> Any:
         return self
 
-    def __deepcopy__(self, memo: Any) -> "PFloat":
+    def __deepcopy__(self, memo: Any) -> Any:
         return self
+
+
+class PInt(_InputNumber, int):
+    """An int read from the input."""
+
+    _base = int
+
+
+class PFloat(_InputNumber, float):
+    """A float read from the input."""
+
+    _base = float
 
 
 # Errors must read the same in a provenance render as in a plain one, and Python's messages
