@@ -332,6 +332,12 @@ def _tree_text_size(value: Any, max_depth: int, per_item: int, indent: int,
             return total
         if cls in _PLAIN_SCALARS:
             return _int_width(obj) if cls is int else 24
+        # subclasses that print as their base does (a provenance render's str and numbers);
+        # Markup prints differently and takes the full walk
+        if isinstance(obj, str) and not isinstance(obj, Markup):
+            return (6 * len(obj) if ascii_only and not obj.isascii() else len(obj)) + 2
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            return _int_width(obj) if isinstance(obj, int) else 24
         raise _NotATree
 
     try:

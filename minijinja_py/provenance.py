@@ -319,6 +319,15 @@ def _caused(text: str, cause: str) -> str:
     return _make(text, [(0, len(text), source, -1)])
 
 
+def _joined(result: str, pieces: List[str], *inputs: Any) -> str:
+    """``result`` as the join of ``pieces`` (a tracer's account of where it came from), with
+    their origins; checked: when the pieces do not spell the result, it is derived from the
+    inputs (a tracer can only be imprecise, never wrong)."""
+    if "".join(pieces) != result:
+        return derive(result, *inputs)
+    return join_pieces(pieces)
+
+
 def _with_runs(text: str, runs: list, *inputs: Any) -> str:
     """``text`` with the runs a tracer worked out, checked: each verbatim run must equal what
     it claims to copy; otherwise the whole text is derived (a tracer can only be imprecise,
@@ -496,9 +505,7 @@ class PStr(str):
                     done += 1
                 if index < len(self):
                     pieces.append(self._span(index, index + 1))
-        runs: list = []
-        _shifted(runs, pieces)
-        return _with_runs(result, runs, self, new)
+        return _joined(result, pieces, self, new)
 
     def join(self, items: Any) -> str:
         items = list(items)
@@ -508,9 +515,7 @@ class PStr(str):
             if position:
                 pieces.append(self)
             pieces.append(item)
-        runs: list = []
-        _shifted(runs, pieces)
-        return _with_runs(result, runs, self, items)
+        return _joined(result, pieces, self, items)
 
     def _padded(self, result: str, left: int, fill: Any) -> str:
         pad_source = sources_of(fill) if isinstance(fill, str) else []
@@ -630,9 +635,7 @@ def _formatted(result: str, template: str, values: Any,
     rebuilt = "".join(pieces)
     if rebuilt != result:
         return derive(result, template, values)
-    runs: list = []
-    _shifted(runs, pieces)
-    return _with_runs(result, runs, template, values)
+    return _joined(result, pieces, template, values)
 
 
 class _InputNumber:
@@ -941,9 +944,7 @@ def _trace_join(result: Any, value: Any, separator: Any = "", attribute: Any = N
         pieces.append(item)
     if "".join(pieces) != result:
         return None
-    runs: list = []
-    _shifted(runs, pieces)
-    return _with_runs(result, runs, value, separator)
+    return _joined(result, pieces, value, separator)
 
 
 def _trace_indent(result: Any, value: Any, width: Any = 4, first: bool = False,
@@ -979,9 +980,7 @@ def _trace_indent(result: Any, value: Any, width: Any = 4, first: bool = False,
     # the newlines the filter writes come from the value's line breaks: derived from it
     newline = derive("\n", value) if isinstance(value, PStr) else "\n"
     pieces = [newline if piece == "\n" and type(piece) is str else piece for piece in pieces]
-    runs: list = []
-    _shifted(runs, pieces)
-    return _with_runs(result, runs, value, width)
+    return _joined(result, pieces, value, width)
 
 
 def _trace_truncate(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
@@ -1027,18 +1026,126 @@ def _trace_center(result: Any, value: Any, width: Any = 80) -> Any:
 
 def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: Any = None,
                   separators: Any = None, sort_keys: bool = False) -> Any:
+    """``tojson``'s text (made by ``json.dumps``, in C) with origins: every quoted string of
+    the value (keys too) is found in it, in order; its characters keep their origins where
+    the encoding left them as they are, its quotes and escapes are derived from it, and the
+    rest (brackets, separators, indentation, numbers, booleans, nulls) is derived from
+    everything the value holds."""
     if type(result) is not str:
         return None
-    pieces: List[str] = []
+    strings: List[Any] = []
+    paths: set = set()
     try:
-        _json_pieces(value, pieces, bool(ensure_ascii), indent, separators, bool(sort_keys))
+        _json_strings(value, strings, paths, bool(sort_keys))
     except _Untraceable:
         return None
-    if "".join(pieces) != result:
-        return None
+    from json.encoder import encode_basestring, encode_basestring_ascii
+
+    encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
+    escaped = _JSON_ESCAPE_ASCII if ensure_ascii else _JSON_ESCAPE
+    structure = _source_for(paths)
     runs: list = []
-    _shifted(runs, pieces)
-    return _with_runs(result, runs, value)
+    cursor = 0
+    for item in strings:
+        text = item if isinstance(item, str) else item[1]  # (key, text) for a non-str key
+        encoded = encode_text(str.__str__(text))
+        at = result.find('"', cursor)
+        if at < 0 or not result.startswith(encoded, at):
+            return None
+        _append(runs, cursor, at, structure, -1)
+        if type(text) is not PStr:
+            key_source = _source_for(_paths_of([(0, 0, item[0]._source, -1)])) \
+                if not isinstance(item, str) and type(item[0]) in (PInt, PFloat) else structure
+            _append(runs, at, at + len(encoded), key_source if text else structure, -1)
+            cursor = at + len(encoded)
+            continue
+        item_runs = text._runs
+        quote = _source_for(_paths_of(item_runs))
+        _append(runs, at, at + 1, quote, -1)
+        body = at + 1
+        if len(encoded) == len(text) + 2:
+            for start, end, source, offset in item_runs:
+                _append(runs, start + body, end + body, source, offset)
+        else:
+            position = body
+            last = 0
+            for match in escaped.finditer(text):
+                index = match.start()
+                if index > last:
+                    _sliced(item_runs, last, index, runs, position)
+                    position += index - last
+                piece = encode_text(str.__str__(text)[index])[1:-1]
+                source, _ = _char_source(item_runs, index)
+                if source[0] == _INPUT:
+                    source = (_DERIVED, frozenset((source[1],)))
+                _append(runs, position, position + len(piece), source, -1)
+                position += len(piece)
+                last = index + 1
+            if last < len(text):
+                _sliced(item_runs, last, len(text), runs, position)
+                position += len(text) - last
+            if position != at + len(encoded) - 1:
+                return None
+        _append(runs, at + len(encoded) - 1, at + len(encoded), quote, -1)
+        cursor = at + len(encoded)
+    _append(runs, cursor, len(result), structure, -1)
+    if not result:
+        return result
+    return _make(result, runs)
+
+
+def _json_strings(value: Any, strings: List[Any], paths: set, sort_keys: bool) -> None:
+    """The strings ``json.dumps`` writes for ``value``, in its order (a non-str dict key as
+    ``(key, its text)``), and the input paths of everything in it (into ``paths``)."""
+    stack: List[Any] = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is PStr:
+            strings.append(item)
+            paths.update(_paths_of(item._runs))
+        elif kind is str:
+            strings.append(item)
+            if item:
+                paths.add(UNKNOWN_PATH)
+        elif kind is PInt or kind is PFloat:
+            paths.update(_paths_of([(0, 0, item._source, -1)]))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            entries = list(item.items())
+            if sort_keys:
+                entries.sort(key=lambda entry: entry[0])
+            for key, val in reversed(entries):
+                stack.append(val)
+                stack.append(_KeyMark(key))
+        elif type(item) is _KeyMark:
+            key = item.key
+            if isinstance(key, str):
+                strings.append(key)
+                paths.update(_paths_of(key._runs) if type(key) is PStr else (UNKNOWN_PATH,))
+            elif key is None or isinstance(key, (bool, int, float)):
+                text = {None: "null", True: "true", False: "false"}.get(key) \
+                    if key is None or isinstance(key, bool) else \
+                    (int.__repr__(key) if isinstance(key, int) else float.__repr__(key))
+                strings.append((key, text))
+                if type(key) in (PInt, PFloat):
+                    paths.update(_paths_of([(0, 0, key._source, -1)]))
+            else:
+                raise _Untraceable
+        elif item is None or isinstance(item, (bool, int, float)):
+            continue
+        else:
+            raise _Untraceable
+
+
+class _KeyMark:
+    """A dict key on the walk's stack (told apart from a str value)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
 
 
 class _Untraceable(Exception):
@@ -1059,125 +1166,6 @@ def _paths_of(runs: Sequence[tuple]) -> FrozenSet[str]:
 
 def _source_for(paths: Any) -> tuple:
     return (_DERIVED, frozenset(paths)) if paths else _COMPUTED
-
-
-def _json_pieces(value: Any, pieces: List[str], ensure_ascii: bool, indent: Any,
-                 separators: Any, sort_keys: bool) -> None:
-    """``json.dumps`` rebuilt piece by piece: a str keeps its characters' origins where the
-    encoding leaves them as they are; quotes and escapes are derived from the str, structure
-    (brackets, separators, indentation, and the booleans and nulls inside) from everything
-    the container holds. Linear: each container's origins are gathered once, from its
-    children, and its structure pieces filled in afterwards."""
-    from json.encoder import encode_basestring, encode_basestring_ascii
-
-    encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
-    escaped = _JSON_ESCAPE_ASCII if ensure_ascii else _JSON_ESCAPE
-    if separators is not None:
-        item_separator, key_separator = separators
-    else:
-        item_separator, key_separator = (", ", ": ") if indent is None else (",", ": ")
-    if indent is not None and not isinstance(indent, str):
-        indent = " " * indent
-
-    def string(item: str) -> FrozenSet[str]:
-        if type(item) is PStr:
-            paths = _paths_of(item._runs)
-        else:
-            paths = frozenset((UNKNOWN_PATH,))
-        encoded = encode_text(item)
-        quote = _make('"', [(0, 1, _source_for(paths), -1)])
-        pieces.append(quote)
-        if len(encoded) == len(item) + 2:  # nothing escaped
-            pieces.append(item)
-        else:
-            cursor = 0
-            for match in escaped.finditer(item):
-                at = match.start()
-                if at > cursor:
-                    pieces.append(item[cursor:at])
-                char = item[at:at + 1]
-                pieces.append(derive(encode_text(str.__str__(char))[1:-1], char))
-                cursor = at + 1
-            if cursor < len(item):
-                pieces.append(item[cursor:])
-        pieces.append(quote)
-        return paths
-
-    def encode(item: Any, level: int, structure: List[Tuple[int, str]]) -> FrozenSet[str]:
-        """Append ``item``'s pieces; return the paths it holds. Pieces without origins of
-        their own go to ``structure`` (index, text): the enclosing container's."""
-        if isinstance(item, str):
-            return string(item)
-        kind = type(item)
-        if kind is PInt or kind is PFloat:
-            pieces.append(derive(json.dumps(item), item))
-            return _paths_of([(0, 0, item._source, -1)])
-        if item is None or item is True or item is False or isinstance(item, (int, float)):
-            structure.append((len(pieces), json.dumps(item)))
-            pieces.append("")
-            return frozenset()
-        if isinstance(item, (list, tuple)):
-            return container(list(item), level, False)
-        if isinstance(item, dict):
-            entries = list(item.items())
-            if sort_keys:
-                entries.sort(key=lambda entry: entry[0])
-            return container(entries, level, True)
-        raise _Untraceable
-
-    def container(entries: list, level: int, is_dict: bool) -> FrozenSet[str]:
-        structure: List[Tuple[int, str]] = []
-
-        def add(text: str) -> None:
-            if text:
-                structure.append((len(pieces), text))
-                pieces.append("")
-
-        opening, closing = ("{", "}") if is_dict else ("[", "]")
-        paths: set = set()
-        if not entries:
-            add(opening + closing)
-        else:
-            add(opening)
-            inner = level + 1
-            if indent is not None:
-                first_separator = "\n" + indent * inner
-                separator = item_separator + first_separator
-                ending = "\n" + indent * level + closing
-            else:
-                first_separator, separator, ending = "", item_separator, closing
-            for position, entry in enumerate(entries):
-                add(separator if position else first_separator)
-                if is_dict:
-                    key, val = entry
-                    if isinstance(key, str):
-                        paths.update(string(key))
-                    elif key is None or isinstance(key, (bool, int, float)):
-                        text = {None: "null", True: "true", False: "false"}.get(key) \
-                            if key is None or isinstance(key, bool) else \
-                            (int.__repr__(key) if isinstance(key, int) else float.__repr__(key))
-                        if type(key) in (PInt, PFloat):
-                            pieces.append(derive(f'"{text}"', key))
-                            paths.update(_paths_of([(0, 0, key._source, -1)]))
-                        else:
-                            add(f'"{text}"')
-                    else:
-                        raise _Untraceable
-                    add(key_separator)
-                    paths.update(encode(val, inner, structure))
-                else:
-                    paths.update(encode(entry, inner, structure))
-            add(ending)
-        source = _source_for(paths)
-        for index, text in structure:
-            pieces[index] = _make(text, [(0, len(text), source, -1)])
-        return frozenset(paths)
-
-    top: List[Tuple[int, str]] = []
-    paths = encode(value, 0, top)
-    source = _source_for(paths)
-    for index, text in top:
-        pieces[index] = _make(text, [(0, len(text), source, -1)])
 
 
 _JSON_ESCAPE = re.compile(r'[\x00-\x1f\\"\b\f\n\r\t]')
