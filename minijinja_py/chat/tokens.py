@@ -24,6 +24,12 @@ Beyond transformers, ``sanitize_control_tokens=True`` and ``return_assistant_tok
 work together: the ids are the sanitised ids, and each token's mask bit says whether its
 characters overlap a generation span, the same rule on the same text as the unsanitised mask.
 
+Also beyond transformers, from a provenance render (:mod:`.provenance_uses`):
+``sanitize_control_tokens="provenance"`` encodes as text every control token that has a
+character from the caller, however the template assembled it, and
+``return_assistant_tokens_mask="messages"`` builds the mask from the assistant messages'
+characters and the text closing their turns, without ``{% generation %}`` tags.
+
 The `tokenizers` package is an optional extra, imported only here and only when a tokenizer is
 loaded: without it :class:`TokenizersNotInstalledError` says what to install.
 """
@@ -43,6 +49,10 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder, _special_tokens_of,
                      load_chat_config, select_template)
 from .pipeline import (ChatTemplate, ChatTemplateValueError, Now, _normalize_conversation)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from .provenance_uses import AssistantMaskRule, SanitizeRule
 
 __all__ = [
     "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError", "load_tokenizer",
@@ -555,12 +565,17 @@ class ChatTokenizer:
                             chat_template: Union[None, str, ChatTemplate] = None,
                             add_generation_prompt: bool = False,
                             continue_final_message: Union[bool, str] = False,
-                            tokenize: bool = True, sanitize_control_tokens: bool = False,
+                            tokenize: bool = True,
+                            sanitize_control_tokens: Union[bool, str] = False,
                             padding: Union[bool, str] = False, truncation: Any = False,
                             max_length: Optional[int] = None, return_tensors: Any = None,
-                            return_dict: bool = True, return_assistant_tokens_mask: bool = False,
+                            return_dict: bool = True,
+                            return_assistant_tokens_mask: Union[bool, str] = False,
                             tokenizer_kwargs: Optional[Mapping[str, Any]] = None,
-                            now: Now = None, **kwargs: Any) -> Any:
+                            now: Now = None, *,
+                            assistant_mask_rule: Optional["AssistantMaskRule"] = None,
+                            sanitize_rule: Optional["SanitizeRule"] = None,
+                            **kwargs: Any) -> Any:
         """Render and encode one conversation or a batch (a list of conversations), exactly
         like transformers' ``tokenizer.apply_chat_template`` with the same arguments.
 
@@ -582,6 +597,23 @@ class ChatTokenizer:
         span of the rendered text, the rule of the unsanitised mask (the tokens a control token
         from the caller was split into all cover that token's characters).
 
+        Also beyond transformers, from a provenance render (where every character came from,
+        :mod:`.provenance_uses`):
+
+        - ``sanitize_control_tokens="provenance"``: every control token the tokenizer finds in
+          the rendered text with at least one character from the caller becomes plain text,
+          wherever it came from (copied, assembled from a role, a name, a dict key, two fields,
+          built by a filter); the template's own control tokens stay, so inputs without control
+          tokens give exactly the unsanitised ids. ``sanitize_rule`` (a
+          :class:`~.provenance_uses.SanitizeRule`) says which input characters are trusted
+          (default: the config's special-token variables the caller did not override, and the
+          ``role`` of a message whose role is a standard one).
+        - ``return_assistant_tokens_mask="messages"``: the mask marks the tokens overlapping
+          the characters each assistant message produced plus the template text closing its
+          turn up to and including the end-of-turn token, without ``{% generation %}`` tags;
+          ``assistant_mask_rule`` (an :class:`~.provenance_uses.AssistantMaskRule`) changes
+          the rule (header, closing newline, roles...).
+
         Errors: :class:`~minijinja_py.chat.ChatTemplateValueError` (a ValueError) and
         ValueError where transformers raises ValueError (option conflicts, no pad token, an
         invalid padding or truncation strategy, "Can't sanitize" when the tokenizer makes a
@@ -590,6 +622,11 @@ class ChatTokenizer:
         """
         if not tokenize:
             return_dict = False
+        by_provenance = _provenance_option(sanitize_control_tokens, "sanitize_control_tokens",
+                                           "provenance", sanitize_rule, "sanitize_rule")
+        by_message = _provenance_option(return_assistant_tokens_mask,
+                                        "return_assistant_tokens_mask", "messages",
+                                        assistant_mask_rule, "assistant_mask_rule")
         if return_assistant_tokens_mask and not (return_dict and tokenize):
             raise ValueError("`return_assistant_tokens_mask=True` requires `return_dict=True` "
                              "and `tokenize=True`")
@@ -616,9 +653,11 @@ class ChatTokenizer:
             if return_assistant_tokens_mask:
                 raise ValueError("continue_final_message is not compatible with "
                                  "return_assistant_tokens_mask.")
-        if sanitize_control_tokens:
-            if not tokenize:
-                raise ValueError("`sanitize_control_tokens=True` requires `tokenize=True`.")
+        if sanitize_control_tokens and not tokenize:
+            raise ValueError("`sanitize_control_tokens=True` requires `tokenize=True`.")
+        trusted = template.trusted_variables(kwargs)
+        by_markers = bool(sanitize_control_tokens) and not by_provenance
+        if by_markers:
             pattern = self._control_pattern(template)
             conversations = [_mark(chat, pattern) for chat in conversations]
             tools = _mark(tools, pattern)
@@ -627,8 +666,17 @@ class ChatTokenizer:
 
         texts: List[str] = []
         spans: List[List[Tuple[int, int]]] = []
+        provenance: List[Any] = []
         for chat in conversations:
-            if return_assistant_tokens_mask:
+            if (by_provenance or by_message) and tokenize:
+                result = template.render_with_provenance(
+                    chat, tools=tools, documents=documents,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final_message=continue_final_message, **kwargs)
+                texts.append(result.text)
+                spans.append(list(result.generation_spans))
+                provenance.append(result)
+            elif return_assistant_tokens_mask:
                 result = template.render_with_spans(
                     chat, tools=tools, documents=documents,
                     add_generation_prompt=add_generation_prompt,
@@ -646,7 +694,28 @@ class ChatTokenizer:
         options = self._tokenizer_options(padding, truncation, max_length, tokenizer_kwargs)
         padding_strategy, truncate, max_length = self._strategies(options)
         want_offsets = bool(return_assistant_tokens_mask or options.get("return_offsets_mapping"))
-        if sanitize_control_tokens:
+        split = options.get("split_special_tokens")
+        if by_provenance or by_message:
+            from . import provenance_uses
+
+            mask_rule = (assistant_mask_rule or provenance_uses.AssistantMaskRule()) \
+                if by_message else None
+            rows, offsets = [], []
+            for i, result in enumerate(provenance):
+                ids, row_offsets, message_spans = provenance_uses.encode_with_provenance(
+                    self, result, conversations[i], trusted,
+                    sanitize=(sanitize_rule or provenance_uses.SanitizeRule())
+                    if by_provenance else None,
+                    mask=mask_rule, split_special_tokens=split, want_offsets=want_offsets)
+                if message_spans is not None:
+                    spans[i] = message_spans
+                if by_markers:  # the markers' sanitising, with the mask of the marked text
+                    texts[i], ids, row_offsets, spans[i] = self._encode_marked(
+                        texts[i], spans[i], want_offsets)
+                rows.append(ids)
+                offsets.append(row_offsets)
+            plain_texts = texts
+        elif sanitize_control_tokens:
             encoded = [self._encode_marked(text, spans[i] if spans else None, want_offsets)
                        for i, text in enumerate(texts)]
             plain_texts = [item[0] for item in encoded]
@@ -655,8 +724,7 @@ class ChatTokenizer:
             spans = [item[3] for item in encoded] if spans else spans
         else:
             plain_texts = texts
-            encoded_texts = self._encode_texts(texts, options.get("split_special_tokens"),
-                                               want_offsets)
+            encoded_texts = self._encode_texts(texts, split, want_offsets)
             rows = [item[0] for item in encoded_texts]
             offsets = [item[1] or [] for item in encoded_texts]
 
@@ -857,6 +925,18 @@ class ChatTokenizer:
 
 
 _ANY_MARKER_RE = re.compile(f"[{CONTROL_TOKEN_START}{CONTROL_TOKEN_END}]")
+
+
+def _provenance_option(value: Any, name: str, word: str, rule: Any, rule_name: str) -> bool:
+    """Whether ``value`` (a bool, or ``word``) asks for the provenance variant; its ``rule``
+    keyword is only accepted with it."""
+    if isinstance(value, str):
+        if value != word:
+            raise ValueError(f"{name} must be True, False or {word!r}, not {value!r}")
+        return True
+    if rule is not None:
+        raise ValueError(f"{rule_name} applies to {name}={word!r}")
+    return False
 
 
 def _strategy(value: Any, allowed: Any, kind: str) -> str:
