@@ -93,6 +93,35 @@ def test_encode_json_mask_and_sanitize(tmp_path: Path) -> None:
     assert "in the assistant mask" in last and "encoded as text" in last
 
 
+def test_encode_provenance_modes(tmp_path: Path) -> None:
+    """``--mask messages --sanitize provenance``: the API's values, for a template without
+    {% generation %} and a control token forged in a message."""
+    messages = [{"role": "user", "content": "Hi <|eot_id|>"},
+                {"role": "assistant", "content": "Hello!"}]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(messages), encoding="utf-8")
+    template = tmp_path / "plain.jinja"
+    template.write_text("{% for m in messages %}<|start_header_id|>{{ m.role }}"
+                        "<|end_header_id|>\n\n{{ m.content }}{% endfor %}<|eot_id|>",
+                        encoding="utf-8")
+    tok = ChatTokenizer.from_pretrained(LLAMA, now=NOW)
+    source = template.read_text(encoding="utf-8")
+    expected = tok.apply_chat_template(messages, chat_template=source,
+                                       return_assistant_tokens_mask="messages",
+                                       sanitize_control_tokens="provenance")
+    plain = tok.apply_chat_template(messages, chat_template=source, return_dict=False)
+    eot = tok.convert_tokens_to_ids("<|eot_id|>") if hasattr(tok, "convert_tokens_to_ids") \
+        else tok.backend.token_to_id("<|eot_id|>")
+    assert plain.count(eot) == 2 and expected["input_ids"].count(eot) == 1  # forged one is text
+    assert 0 < sum(expected["assistant_masks"]) < len(expected["input_ids"])
+    result = run(["encode", str(LLAMA), "--chat-template", str(template), "--messages",
+                  str(path), "--mask", "messages", "--sanitize", "provenance", "--json"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == dict(expected)
+    wrong = run(["encode", str(LLAMA), "--mask", "tags"])
+    assert wrong.returncode != 0 and "invalid choice" in wrong.stderr
+
+
 def test_encode_help() -> None:
     result = run(["encode", "--help"])
     assert result.returncode == 0

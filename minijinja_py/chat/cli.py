@@ -196,11 +196,16 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="a .jinja file to use instead of the folder's template")
     encode.add_argument("--now", metavar="ISO",
                         help="the date and time strftime_now() formats (default: now)")
-    encode.add_argument("--mask", action="store_true",
-                        help="add the assistant mask (tokens of {%% generation %%} blocks)")
-    encode.add_argument("--sanitize", action="store_true",
-                        help="encode control tokens that come from the conversation as plain "
-                             "text (sanitize_control_tokens)")
+    encode.add_argument("--mask", nargs="?", const="generation",
+                        choices=("generation", "messages"),
+                        help="add the assistant mask: of the {%% generation %%} blocks (the "
+                             "default), or 'messages': of each assistant message and the "
+                             "template text closing its turn, for templates without the tag")
+    encode.add_argument("--sanitize", nargs="?", const="markers",
+                        choices=("markers", "provenance"),
+                        help="encode control tokens from the caller as plain text: as "
+                             "transformers does (the default), or 'provenance': every control "
+                             "token with a character from the caller, however it was built")
     encode.add_argument("--json", action="store_true",
                         help="print the result dict (input_ids, attention_mask, "
                              "assistant_masks) as JSON")
@@ -565,15 +570,16 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         raise DataError(f"syntax error: {exc}") from None
     except (TemplateError, ValueError, TypeError) as exc:
         raise DataError(_render_error_message(exc)) from None
-    if args.mask and "generation" not in template.source:
+    if args.mask == "generation" and "generation" not in template.source:
         print("note: this template has no {% generation %} blocks, so the assistant mask is all "
               "zeros", file=sys.stderr)
 
     result = _with_fallback_examples(
         options, builtin_example,
         lambda attempt_options: tokenizer.apply_chat_template(
-            chat_template=template, now=now, return_assistant_tokens_mask=args.mask,
-            sanitize_control_tokens=args.sanitize, **{
+            chat_template=template, now=now,
+            return_assistant_tokens_mask=_ENCODE_MODES[args.mask],
+            sanitize_control_tokens=_ENCODE_MODES[args.sanitize], **{
                 ("conversation" if key == "messages" else key): value
                 for key, value in attempt_options.items()}, **variables))
 
@@ -597,6 +603,11 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     lines.append(summary)
     _write("\n".join(lines) + "\n")
     return 0
+
+
+#: ``encode --mask/--sanitize`` values -> the apply_chat_template argument
+_ENCODE_MODES = {None: False, "generation": True, "markers": True, "messages": "messages",
+                 "provenance": "provenance"}
 
 
 def _one_line(exc: Optional[BaseException]) -> str:
