@@ -307,7 +307,11 @@ class Compiler:
             elif isinstance(item, n.Const) and isinstance(item.value, str):
                 items.append((True, item.value))
             else:
-                items.append((False, (self.expr(item), item)))
+                folded = self.printed_constant(item)
+                if folded is not None:
+                    items.append((True, folded))
+                else:
+                    items.append((False, (self.expr(item), item)))
 
         if len(items) == 1 and items[0][0]:
             text = items[0][1]
@@ -366,6 +370,22 @@ class Compiler:
 
         output.spec = ("print", items, node)  # type: ignore[attr-defined]
         return output
+
+    def printed_constant(self, node: n.Node) -> Optional[str]:
+        """The text Jinja2 prints for ``{{ node }}`` when it computes it while compiling and
+        that differs from evaluating it at render time (a constant sliced: see
+        constfold.py), else None."""
+        from .constfold import fold_printed, slices_a_constant
+
+        if not slices_a_constant(node):
+            return None
+        value = fold_printed(node, self.env)
+        if value is MISSING:
+            return None
+        try:
+            return self.printer(value)
+        except Exception:  # printing fails too (a strict undefined): at render time then
+            return None
 
     def escaped_output(self, node: n.Node) -> Stmt:
         """Output inside ``{% autoescape true %}``: values are HTML-escaped unless Markup."""

@@ -1,0 +1,161 @@
+"""Jinja2's compile-time evaluation of printed constant expressions, where it differs.
+
+Jinja2 evaluates every ``{{ ... }}`` child made only of constants while it compiles the
+template (``Node.as_const``), through its sandbox, and prints the value if that worked; at run
+time it would evaluate the same expression differently in one place: a slice. At run time
+``x[a:b]`` is Python's subscript (``0[:]`` is a TypeError), while at compile time it goes
+through ``environment.getitem``, which turns the TypeError into an undefined value: so
+``{{ 0[:] }}`` prints nothing, ``{{ 0 ~ 0[:] }}`` prints ``0`` and ``{{ 0[:] is defined }}``
+prints ``False`` in Jinja2, while ``{% if 0[:] %}`` raises.
+
+The compiler asks :func:`fold_printed` about each printed expression that slices a constant;
+everything else prints the same either way and is left to the ordinary evaluation. Any
+failure here means "not constant" (Jinja2's ``Impossible``): the expression is then evaluated
+at render time, as in Jinja2.
+"""
+
+from __future__ import annotations
+
+import operator
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict
+
+from . import nodes as n
+from .runtime import MISSING
+
+__all__ = ["slices_a_constant", "fold_printed"]
+
+
+class _Impossible(Exception):
+    """The expression is not a compile-time constant (Jinja2's ``nodes.Impossible``)."""
+
+
+_BINOPS: "Dict[str, Callable[[Any, Any], Any]]" = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
+}
+_COMPARE: "Dict[str, Callable[[Any, Any], Any]]" = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+    "in": lambda a, b: a in b, "notin": lambda a, b: a not in b,
+}
+
+
+def slices_a_constant(node: n.Node) -> bool:
+    """Whether ``node`` holds a subscript by a slice (the one place where Jinja2's
+    compile-time value can differ from its run-time value)."""
+    if isinstance(node, n.Getitem) and isinstance(node.arg, n.Slice):
+        return True
+    return any(slices_a_constant(child) for child in node.child_nodes())
+
+
+def fold_printed(node: n.Node, env: "Any") -> "Any":
+    """The value Jinja2 computes for the printed expression ``node`` while compiling, or
+    MISSING when it is not a constant there."""
+    try:
+        return _Folder(env).value(node)
+    except _Impossible:
+        return MISSING
+    except RecursionError:
+        return MISSING
+
+
+class _Folder:
+    def __init__(self, env: "Any") -> None:
+        self.env = env
+
+    def value(self, node: n.Node) -> "Any":
+        method = getattr(self, "fold_" + type(node).__name__, None)
+        if method is None:
+            raise _Impossible
+        try:
+            return method(node)
+        except _Impossible:
+            raise
+        except Exception as exc:  # anything failing: evaluated at render time instead
+            raise _Impossible from exc
+
+    def fold_Const(self, node: n.Node) -> "Any":
+        return node.value
+
+    def fold_TupleLit(self, node: n.Node) -> "Any":
+        return tuple(self.value(item) for item in node.items)
+
+    def fold_ListLit(self, node: n.Node) -> "Any":
+        return [self.value(item) for item in node.items]
+
+    def fold_DictLit(self, node: n.Node) -> "Any":
+        return {self.value(key): self.value(item) for key, item in node.pairs}
+
+    def fold_BinOp(self, node: n.Node) -> "Any":
+        from .arith import apply
+
+        return apply(node.op, self.value(node.left), self.value(node.right))
+
+    def fold_Neg(self, node: n.Node) -> "Any":
+        return -self.value(node.node)
+
+    def fold_Pos(self, node: n.Node) -> "Any":
+        return +self.value(node.node)
+
+    def fold_Not(self, node: n.Node) -> "Any":
+        return not self.value(node.node)
+
+    def fold_And(self, node: n.Node) -> "Any":
+        return self.value(node.left) and self.value(node.right)
+
+    def fold_Or(self, node: n.Node) -> "Any":
+        return self.value(node.left) or self.value(node.right)
+
+    def fold_Concat(self, node: n.Node) -> "Any":
+        return "".join(str(self.value(item)) for item in node.nodes)
+
+    def fold_CondExpr(self, node: n.Node) -> "Any":
+        if self.value(node.test):
+            return self.value(node.expr1)
+        if node.expr2 is None:
+            raise _Impossible
+        return self.value(node.expr2)
+
+    def fold_Compare(self, node: n.Node) -> "Any":
+        left = self.value(node.expr)
+        result = True
+        for op, operand in node.ops:
+            right = self.value(operand)
+            result = _COMPARE[op](left, right)
+            if not result:
+                return False
+            left = right
+        return result
+
+    def fold_Slice(self, node: n.Node) -> "Any":
+        return slice(*[self.value(part) if part is not None else None
+                       for part in (node.start, node.stop, node.step)])
+
+    def fold_Getitem(self, node: n.Node) -> "Any":
+        return self.env.sandbox.getitem(self.value(node.node), self.value(node.arg))
+
+    def fold_Getattr(self, node: n.Node) -> "Any":
+        return self.env.sandbox.getattr(self.value(node.node), node.attr)
+
+    def _call(self, node: n.Node, table: "Dict[str, Any]") -> "Any":
+        from .runtime import wants_environment
+
+        function = table.get(node.name)
+        if function is None or node.node is None or node.dyn_args is not None or \
+                node.dyn_kwargs is not None:
+            raise _Impossible
+        args = [self.value(node.node)] + [self.value(arg) for arg in node.args]
+        kwargs = {name: self.value(arg) for name, arg in node.kwargs}
+        if wants_environment(function):
+            args.insert(0, self.env)
+        return function(*args, **kwargs)
+
+    def fold_Filter(self, node: n.Node) -> "Any":
+        return self._call(node, self.env.filters)
+
+    def fold_Test(self, node: n.Node) -> "Any":
+        result = self._call(node, self.env.tests)
+        return not result if node.negated else result
