@@ -115,6 +115,14 @@ class RenderContext:
     #: Joins output pieces (a provenance render keeps their origins: see provenance.py).
     join = staticmethod("".join)
 
+    @staticmethod
+    def safe(text: str) -> Any:
+        """Text made inside ``{% autoescape true %}`` (a macro's output, a ``set`` capture):
+        already escaped, so Markup."""
+        from .markup import Markup
+
+        return Markup(text)
+
     def expire(self) -> None:
         """Called by the watchdog thread once the deadline has passed: every step check
         from now on fails (see deadline.py), and the error says why."""
@@ -389,24 +397,39 @@ class Compiler:
 
     def escaped_output(self, node: n.Node) -> Stmt:
         """Output inside ``{% autoescape true %}``: values are HTML-escaped unless Markup."""
-        from .markup import escape
-
         items = [(True, item.data) if isinstance(item, n.TemplateData)
                  else (False, (self.expr(item), item)) for item in node.nodes]
+        escaped = self.escaped_text
 
         def output(scope: Scope, out: list) -> None:
+            size = 0
             for is_text, item in items:
                 if is_text:
                     out.append(item)
+                    size += len(item)
                     continue
                 try:
-                    out.append(str(escape(item[0](scope))))
+                    text = escaped(item[0](scope))
                 except TemplateError:
                     raise
                 except Exception as exc:
                     raise _locate(exc, item[1]) from exc
+                out.append(text)
+                size += len(text)
+            ctx = scope.ctx
+            ctx.output_size += size
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
 
         return output
+
+    @staticmethod
+    def escaped_text(value: Any) -> str:
+        """How ``{{ value }}`` prints inside ``{% autoescape true %}``."""
+        from .markup import escape
+
+        return str(escape(value))
 
     def s_autoescape(self, node: n.Node) -> Stmt:
         enabled = self.truth(node.enabled)
@@ -748,7 +771,7 @@ class Compiler:
                 return signal
             value: Any = scope.ctx.captured(buffer, before)
             if scope.ctx.autoescape:  # inside `{% autoescape true %}`: escaped already
-                value = _safe(value)
+                value = scope.ctx.safe(value)
             if apply_filter is not None:
                 value = apply_filter(scope, value)
             assign(scope, value)
@@ -760,6 +783,7 @@ class Compiler:
     def s_filter_block(self, node: n.Node) -> Stmt:
         body, fresh = self.frame(node.body)
         apply_filter = self.filter_chain(node.filter)
+        printer = self.printer
 
         def filter_block(scope: Scope, out: list) -> Any:
             buffer: list = []
@@ -770,7 +794,7 @@ class Compiler:
                 return signal
             value = apply_filter(scope, ctx.captured(buffer, before))
             try:
-                text = str(value)
+                text = printer(value)
             except Exception as exc:
                 raise _locate(exc, node) from exc
             out.append(text)
@@ -873,7 +897,7 @@ class Compiler:
                     body(scope, buffer)
                     text = ctx.captured(buffer, before)
                     # called inside `{% autoescape true %}`: its output is Markup (Jinja2)
-                    return _safe(text) if ctx.autoescape else text
+                    return ctx.safe(text) if ctx.autoescape else text
                 finally:
                     ctx.depth -= 1
 
@@ -887,13 +911,14 @@ class Compiler:
         call = node.call
         callee = self.expr(call.node)
         args, star_args = self.arguments(call)
+        printer = self.printer
 
         def call_block(scope: Scope, out: list) -> None:
             function = callee(scope)
             positional, keywords = args(scope)
             keywords["caller"] = make_caller(scope)
             try:
-                text = str(scope.ctx.sandbox.call(function, positional, keywords))
+                text = printer(scope.ctx.sandbox.call(function, positional, keywords))
             except Exception as exc:
                 raise _locate(exc, call) from exc
             out.append(text)
@@ -1874,13 +1899,6 @@ class Compiler:
 
 _NESTING = (list, tuple, dict)
 
-
-def _safe(text: str) -> Any:
-    """Text made inside ``{% autoescape true %}`` (a macro's output, a ``set`` capture):
-    already escaped, so Markup."""
-    from .markup import Markup
-
-    return Markup(text)
 
 # What a loop needs to know about its body (Compiler.body_facts), as bits.
 _MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8

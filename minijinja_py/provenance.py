@@ -216,7 +216,7 @@ def _char_source(runs: Sequence[tuple], index: int) -> Tuple[tuple, int]:
 
 def _make(text: str, runs: list) -> str:
     if not text:
-        return text
+        return _EMPTY
     result = PStr(text)
     result._runs = tuple(runs)
     return result
@@ -305,6 +305,14 @@ def charwise(result: str, value: str) -> str:
             source = (_DERIVED, frozenset((source[1],)))
         _append(runs, start, end, source, -1)
     return _make(result, runs)
+
+
+def _from_input(pattern: Any) -> bool:
+    """Whether a str argument (a separator, characters to strip) holds any character an
+    input (or an unknown source) wrote."""
+    if not isinstance(pattern, str) or not pattern:
+        return False
+    return any(source[0] != _TEMPLATE for source in sources_of(pattern))
 
 
 def _caused(text: str, cause: str) -> str:
@@ -430,20 +438,32 @@ class PStr(str):
     def strip(self, chars: Any = None) -> str:
         left = len(self) - len(str.lstrip(self, chars))
         right = len(str.rstrip(self, chars))
-        return self._span(left, max(left, right))
+        return self._guarded(self._span(left, max(left, right)), chars)
 
     def lstrip(self, chars: Any = None) -> str:
-        return self._span(len(self) - len(str.lstrip(self, chars)), len(self))
+        return self._guarded(self._span(len(self) - len(str.lstrip(self, chars)), len(self)),
+                             chars)
 
     def rstrip(self, chars: Any = None) -> str:
-        return self._span(0, len(str.rstrip(self, chars)))
+        return self._guarded(self._span(0, len(str.rstrip(self, chars))), chars)
 
     def removeprefix(self, prefix: Any) -> str:
         result = str.removeprefix(self, prefix)
-        return self._span(len(self) - len(result), len(self))
+        return self._guarded(self._span(len(self) - len(result), len(self)), prefix)
 
     def removesuffix(self, suffix: Any) -> str:
-        return self._span(0, len(str.removesuffix(self, suffix)))
+        return self._guarded(self._span(0, len(str.removesuffix(self, suffix))), suffix)
+
+    def _guarded(self, result: Any, pattern: Any) -> Any:
+        """``result`` of an operation steered by ``pattern`` (the characters to strip, the
+        separator to split at, the text to replace): when an input wrote the pattern, it
+        decides which characters are kept, so everything is derived from both."""
+        if not _from_input(pattern):
+            return result
+        if isinstance(result, str):
+            return derive(str.__str__(result), self, pattern)
+        return type(result)(derive(str.__str__(item), self, pattern) if item else item
+                            for item in result)
 
     def _located(self, pieces: List[str]) -> List[str]:
         """Pieces of this string in order (split results): each found from where the last
@@ -460,28 +480,28 @@ class PStr(str):
         return located
 
     def split(self, sep: Any = None, maxsplit: int = -1) -> List[str]:
-        return self._located(str.split(self, sep, maxsplit))
+        return self._guarded(self._located(str.split(self, sep, maxsplit)), sep)
 
     def rsplit(self, sep: Any = None, maxsplit: int = -1) -> List[str]:
-        return self._located(str.rsplit(self, sep, maxsplit))
+        return self._guarded(self._located(str.rsplit(self, sep, maxsplit)), sep)
 
     def splitlines(self, keepends: bool = False) -> List[str]:
         return self._located(str.splitlines(self, keepends))
 
     def partition(self, sep: Any) -> Tuple[str, str, str]:
-        return tuple(self._located(list(str.partition(self, sep))))  # type: ignore
+        return self._guarded(tuple(self._located(list(str.partition(self, sep)))), sep)
 
     def rpartition(self, sep: Any) -> Tuple[str, str, str]:
         head, middle, tail = str.rpartition(self, sep)
         if not middle:
-            return ("", "", self)
+            return self._guarded((_EMPTY, _EMPTY, self), sep)
         at = len(head)
-        return (self._span(0, at), self._span(at, at + len(middle)),
-                self._span(at + len(middle), len(self)))
+        return self._guarded((self._span(0, at), self._span(at, at + len(middle)),
+                              self._span(at + len(middle), len(self))), sep)
 
     def replace(self, old: Any, new: Any, count: Any = -1) -> str:
         result = str.replace(self, old, new, count)
-        if not isinstance(old, str) or not isinstance(new, str):
+        if not isinstance(old, str) or not isinstance(new, str) or _from_input(old):
             return derive(result, self, old, new)
         pieces: List[str] = []
         done = 0
@@ -518,27 +538,28 @@ class PStr(str):
         return _joined(result, pieces, self, items)
 
     def _padded(self, result: str, left: int, fill: Any) -> str:
-        pad_source = sources_of(fill) if isinstance(fill, str) else []
-        pad = _derived_source(pad_source) or (self._runs[0][2] if self._runs else None)
+        """``result``: this str with padding around it; how much padding depends on this
+        str's length, so the padding is derived from it (and from ``fill``)."""
+        source = _derived_source([run[2] for run in self._runs] +
+                                 (sources_of(fill) if fill is not None else [])) or _COMPUTED
         runs: list = []
-        if left and pad is not None:
-            _append(runs, 0, left, pad if pad[0] != _INPUT else (_DERIVED, frozenset((pad[1],))), -1)
+        _append(runs, 0, left, source, -1)
         _sliced(self._runs, 0, len(self), runs, left)
-        if len(result) > left + len(self) and pad is not None:
-            _append(runs, left + len(self), len(result),
-                    pad if pad[0] != _INPUT else (_DERIVED, frozenset((pad[1],))), -1)
+        _append(runs, left + len(self), len(result), source, -1)
         return _with_runs(result, runs, self, fill)
 
-    def center(self, width: Any, fill: Any = " ") -> str:
-        result = str.center(self, width, fill)
-        return self._padded(result, str.find(result, self) if len(result) > len(self) else 0,
-                            fill)
+    def center(self, width: Any, fill: Any = None) -> str:
+        result = str.center(self, width, " " if fill is None else fill)
+        margin = len(result) - len(self)
+        # CPython's split of the margin: the odd character goes left when the width is odd
+        left = margin // 2 + (margin & width & 1) if margin > 0 else 0
+        return self._padded(result, left, fill)
 
-    def ljust(self, width: Any, fill: Any = " ") -> str:
-        return self._padded(str.ljust(self, width, fill), 0, fill)
+    def ljust(self, width: Any, fill: Any = None) -> str:
+        return self._padded(str.ljust(self, width, " " if fill is None else fill), 0, fill)
 
-    def rjust(self, width: Any, fill: Any = " ") -> str:
-        result = str.rjust(self, width, fill)
+    def rjust(self, width: Any, fill: Any = None) -> str:
+        result = str.rjust(self, width, " " if fill is None else fill)
         return self._padded(result, len(result) - len(self), fill)
 
     def zfill(self, width: Any) -> str:
@@ -551,11 +572,13 @@ class PStr(str):
     def lower(self) -> str:
         return charwise(str.lower(self), self)
 
+    # a letter's case depends on the character before it (title) or on its place
+    # (capitalize): derived from the whole str, not character for character
     def title(self) -> str:
-        return charwise(str.title(self), self)
+        return derive(str.title(self), self)
 
     def capitalize(self) -> str:
-        return charwise(str.capitalize(self), self)
+        return derive(str.capitalize(self), self)
 
     def swapcase(self) -> str:
         return charwise(str.swapcase(self), self)
@@ -581,6 +604,12 @@ class PStr(str):
 
     def __deepcopy__(self, memo: Any) -> "PStr":
         return self
+
+
+#: The empty str of provenance renders: a PStr (so that its methods, ``''.join(items)``, keep
+#: origins), one object (``x is sameas ''`` behaves as with Python's one empty str).
+_EMPTY = PStr("")
+_EMPTY._runs = ()
 
 
 def _reflected(text: str, other: Any, name: str, operation: Callable[[str, Any], Any]) -> Any:
@@ -766,7 +795,7 @@ def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[s
             return value  # past the limit: the rest keeps no origins (counted unknown)
         kind = type(value)
         if kind is str:
-            return text(value, path) if value else value
+            return text(value, path) if value else _EMPTY
         if kind is dict:
             known = memo.get(id(value))
             if known is not None:
@@ -783,8 +812,8 @@ def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[s
                         item_path = f"{path}[{quoted}]"
                         key_path = f"{path}{{{quoted}}}"
                     # strings, the common case, without a call of wrap
-                    copy[text(key, key_path) if key else key] = (
-                        (text(item, item_path) if item else item) if type(item) is str
+                    copy[text(key, key_path) if key else _EMPTY] = (
+                        (text(item, item_path) if item else _EMPTY) if type(item) is str
                         else wrap(item, item_path))
                 else:
                     copy[key] = wrap(item, _key_path(path, key))
@@ -816,7 +845,7 @@ def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[s
 def template_string(text: str, line: int, column: int) -> str:
     """A string constant or text of the template, located."""
     if not text:
-        return text
+        return _EMPTY
     result = PStr(text)
     result._runs = ((0, len(text), (_TEMPLATE, line, column), 0),)
     return result
@@ -831,7 +860,7 @@ def join_pieces(pieces: Sequence[str]) -> str:
     """``"".join(pieces)`` keeping every piece's origins (worked out when first needed)."""
     text = "".join(pieces)
     if not text:
-        return text
+        return _EMPTY
     parts: list = []
     for piece in pieces:
         if not piece:
@@ -892,8 +921,8 @@ def public_runs(value: str) -> List[Run]:
                                 line=source[1], column=source[2])
             elif kind == _INPUT:
                 origin = Origin("input", path=source[1], offset=offset)
-            elif source == _UNKNOWN_SOURCE:
-                origin = Origin("unknown")
+            elif UNKNOWN_PATH in source[1]:  # partly from text without a record: unknown
+                origin = Origin("unknown", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
             else:
                 origin = Origin("derived", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
             origins[(source, offset)] = origin
@@ -910,8 +939,15 @@ def settle(result: Any, inputs: Sequence[Any]) -> Any:
     kind = type(result)
     if kind is str:
         if not result:
-            return result
+            return _EMPTY
         return derive(result, *inputs)
+    if kind is int or kind is float:  # `s|int`: the digits are the input's
+        source = _derived_source(found for value in inputs for found in sources_of(value))
+        if source is None or source[0] == _TEMPLATE:
+            return result
+        number = (PInt if kind is int else PFloat)(result)
+        number._source = source
+        return number
     if kind is list or kind is tuple:
         if any(type(item) is str and item for item in result):
             settled = [derive(item, *inputs) if type(item) is str else item for item in result]
@@ -1014,6 +1050,12 @@ def _trace_format(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
 def _trace_case(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
     if isinstance(value, str) and type(result) is str:
         return charwise(result, value)
+    return None
+
+
+def _trace_whole(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(value, str) and type(result) is str:
+        return derive(result, value, args, tuple(kwargs.values()))
     return None
 
 
@@ -1183,8 +1225,8 @@ FILTER_TRACERS: Dict[str, Callable[..., Any]] = {
     "format": _trace_format,
     "upper": _trace_case,
     "lower": _trace_case,
-    "capitalize": _trace_case,
-    "title": _trace_case,
+    "capitalize": _trace_whole,
+    "title": _trace_whole,
     "center": _trace_center,
     "tojson": _trace_tojson,
 }
@@ -1244,6 +1286,12 @@ def fill_unknown(result: str, *inputs: Any) -> str:
     return _make(str.__str__(result), filled)
 
 
+def _SIZE(*args: Any, **kwargs: Any) -> None:
+    """The tracer of the filters that count items (``length``, ``count``, ``wordcount``):
+    their numbers stay template text."""
+    return None
+
+
 def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: dict) -> Any:
     if result is value:
         return result
@@ -1255,7 +1303,7 @@ def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: di
                 traced = None
             if traced is not None:
                 return traced
-        return fill_unknown(result, value, args, kwargs)
+        return fill_unknown(result, value, args, tuple(kwargs.values()))
     if tracer is not None:
         try:
             traced = tracer(result, value, *args, **kwargs)
@@ -1263,10 +1311,16 @@ def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: di
             traced = None
         if traced is not None:
             return traced
-    if type(result) in (str, list, tuple):
-        return settle(result, (value, args, kwargs))
+    if isinstance(result, Markup) and tracer is not _trace_escape:
+        return _settle_markup(result, tracer, value, args, kwargs)
+    inputs = (value, args, tuple(kwargs.values()))
+    kind = type(result)
+    if kind is int and tracer is _SIZE:
+        return result  # a count of items: not text of the input (README "not tracked")
+    if kind in (str, list, tuple, int, float):
+        return settle(result, inputs)
     if _is_generator(result):
-        return _settled_items(result, (value, args, kwargs))
+        return _settled_items(result, inputs)
     return result
 
 
@@ -1287,9 +1341,12 @@ def traced_method(function: Callable[..., Any]) -> Callable[..., Any]:
         result = function(value, *args, **kwargs)
         if result is value:
             return result
+        inputs = (value, args, tuple(kwargs.values()))
         if type(result) is PStr:
-            return fill_unknown(result, value, args, kwargs)
-        return settle(result, (value, args, kwargs))
+            return fill_unknown(result, *inputs)
+        if isinstance(result, Markup):
+            return _settle_markup(result, None, value, args, kwargs)
+        return settle(result, inputs)
 
     method.__name__ = getattr(function, "__name__", "method")
     return method
@@ -1299,10 +1356,14 @@ from .markup import Markup  # noqa: E402  (after PStr: markup imports nothing of
 
 
 class PMarkup(Markup):
-    """``|safe`` of a str with origins: Markup that remembers them for printing (Markup's own
-    operations return plain Markup, whose origins then count as unknown)."""
+    """Markup that remembers the origins of its characters (``|safe`` or an escape of a str
+    with origins). Markup's own operations make more of this class without origins: those
+    count as unknown."""
 
-    _runs: Tuple[tuple, ...] = ()
+    def __getattr__(self, name: str) -> Any:
+        if name == "_runs":
+            return ((0, len(self), _UNKNOWN_SOURCE, -1),) if self else ()
+        raise AttributeError(name)
 
 
 PMarkup.__name__ = PMarkup.__qualname__ = "Markup"
@@ -1320,6 +1381,79 @@ def _trace_safe(result: Any, value: Any) -> Any:
 FILTER_TRACERS["safe"] = _trace_safe
 
 
+def mark_safe(text: str) -> Any:
+    """``Markup(text)`` keeping the origins of ``text``."""
+    marked = PMarkup(text)
+    marked._runs = runs_of(text) if text else ()
+    return marked
+
+_HTML_SPECIAL = re.compile(r"[&<>\"']")
+
+
+def escape_with_origins(value: Any) -> Any:
+    """``markup.escape(value)`` whose result remembers where its characters came from: the
+    characters left as they are keep their origins, an entity is derived from the character
+    it replaces."""
+    from .markup import escape
+
+    result = escape(value)
+    if isinstance(value, Markup) and not isinstance(value, PMarkup):
+        return result
+    return _escaped_origins(result, value)
+
+
+def _escaped_origins(result: Any, value: Any) -> Any:
+    if type(result) is PMarkup:
+        return result
+    if not isinstance(value, str):
+        value = _printed_value(value)
+    runs = runs_of(value)
+    text = str.__str__(value)
+    pieces: List[str] = []
+    cursor = 0
+    for match in _HTML_SPECIAL.finditer(text):
+        at = match.start()
+        if at > cursor:
+            pieces.append(_make(text[cursor:at], _sliced(runs, cursor, at)))
+        source, _ = _char_source(runs, at)
+        if source[0] == _INPUT:
+            source = (_DERIVED, frozenset((source[1],)))
+        entity = str.__str__(escape_text(text[at]))
+        pieces.append(_make(entity, [(0, len(entity), source, -1)]))
+        cursor = at + 1
+    if cursor < len(text):
+        pieces.append(_make(text[cursor:], _sliced(runs, cursor, len(text))))
+    joined = join_pieces(pieces)
+    if str.__str__(joined) != str.__str__(result):
+        joined = derive(str.__str__(result), value)
+    marked = PMarkup(result)
+    marked._runs = joined._runs if joined else ()
+    return marked
+
+
+def escape_text(char: str) -> str:
+    from .markup import escape
+
+    return escape(char)
+
+
+def _printed_value(value: Any) -> str:
+    """``str(value)`` with origins (a number from the input, a list of strings)."""
+    if type(value) in (PInt, PFloat):
+        return str(value)
+    return derive(str(value), value)
+
+
+def _trace_escape(result: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(result, Markup) and type(result) is not PMarkup:
+        return _escaped_origins(result, value)
+    return None
+
+
+FILTER_TRACERS.update(e=_trace_escape, escape=_trace_escape, forceescape=_trace_escape)
+FILTER_TRACERS.update(length=_SIZE, count=_SIZE, wordcount=_SIZE)
+
+
 def printable(value: str) -> str:
     """A str about to be printed, as a str with origins when it has any."""
     if type(value) is PMarkup:
@@ -1328,12 +1462,35 @@ def printable(value: str) -> str:
 
 
 def _register_methods() -> None:
-    """Templates call str methods on PStr through the sandbox's method table: give PStr a
-    table of the same methods whose results get the origins they lack."""
-    from .methods import _TABLE_OF_CLASS, STR_METHODS
+    """Templates call str methods on PStr (and Markup methods on PMarkup) through the
+    sandbox's method table: give these classes tables of the same methods whose results get
+    the origins they lack."""
+    from .methods import _TABLE_OF_CLASS, MARKUP_METHODS, STR_METHODS
 
     _TABLE_OF_CLASS[PStr] = ({name: traced_method(function)
                               for name, function in STR_METHODS.items()}, str)
+    _TABLE_OF_CLASS[PMarkup] = ({name: traced_method(function)
+                                 for name, function in MARKUP_METHODS.items()}, str)
+
+
+def _settle_markup(result: Any, tracer: Any, value: Any, args: tuple, kwargs: dict) -> Any:
+    """Markup made from inputs (an operation on ``|safe`` text) as PMarkup with origins: the
+    tracer's when it has one for the text, else derived from the inputs."""
+    if type(result) is PMarkup and "_runs" in result.__dict__:
+        return result
+    text = str.__str__(result)
+    traced = None
+    if tracer is not None:
+        plain_value = printable(value) if isinstance(value, Markup) else value
+        try:
+            traced = tracer(text, plain_value, *args, **kwargs)
+        except Exception:
+            traced = None
+    if type(traced) is not PStr or str.__str__(traced) != text:
+        traced = derive(text, value, args, tuple(kwargs.values()))
+    marked = PMarkup(result)
+    marked._runs = traced._runs if text else ()
+    return marked
 
 
 _register_methods()

@@ -28,8 +28,9 @@ from .compiler import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
 from .limits import check_string_size
 from .budget import CHARS_SHIFT
-from .provenance import (PFloat, PInt, PStr, derive, fill_unknown, join_pieces, printable, settle,
-                         template_string, traced_filter)
+from .provenance import (PFloat, PInt, PStr, derive, escape_with_origins, fill_unknown,
+                         join_pieces, mark_safe, printable, settle, template_string,
+                         traced_filter)
 
 
 class ProvenanceContext(RenderContext):
@@ -37,6 +38,7 @@ class ProvenanceContext(RenderContext):
 
     __slots__ = ()
     join = staticmethod(join_pieces)
+    safe = staticmethod(mark_safe)
 
 
 def _printed(value: Any) -> str:
@@ -62,14 +64,16 @@ def _add_one(value: Any, other: Any, link: n.Node) -> Any:
         raise _locate(exc, link) from exc
 
 
-def _settled_call(result: Any, inputs: Any) -> Any:
-    """A call's result with origins: strings and the keys of a fresh dict (``dict(a=1)``)."""
+def _settled_call(result: Any, positional: list, keywords: dict) -> Any:
+    """A call's result with origins: strings, numbers, and the keys of a fresh dict
+    (``dict(id=call.id)``: a key named by a keyword argument is the template's text)."""
+    inputs = (positional, tuple(keywords.values()))
     if type(result) is PStr:
-        return fill_unknown(result, inputs)
+        return fill_unknown(result, *inputs)
     if type(result) is dict and any(type(key) is str for key in result):
-        return {derive(key, inputs) if type(key) is str else key: value
-                for key, value in result.items()}
-    return settle(result, (inputs,))
+        return {(template_string(key, 0, 0) if key in keywords else derive(key, *inputs))
+                if type(key) is str else key: value for key, value in result.items()}
+    return settle(result, inputs)
 
 
 class ProvenanceCompiler(Compiler):
@@ -79,6 +83,10 @@ class ProvenanceCompiler(Compiler):
     generates_code = False
     printer = staticmethod(_printed)
     join_text = staticmethod(join_pieces)
+
+    @staticmethod
+    def escaped_text(value: Any) -> str:
+        return printable(escape_with_origins(value))
 
     def __init__(self, env: Any) -> None:
         # Filters get an environment whose filter table gives results with origins, also
@@ -153,7 +161,7 @@ class ProvenanceCompiler(Compiler):
                 result = sandbox.call(function, positional, keywords)
             except Exception as exc:
                 raise _locate(exc, node) from exc
-            return _settled_call(result, (positional, keywords))
+            return _settled_call(result, positional, keywords)
 
         return call
 
