@@ -29,6 +29,7 @@ from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateErr
                          wrap_python_error)
 from .arith import apply as arith_apply
 from .codegen import HOT_ITERATIONS, generate as generate_body, generate_loop
+from .constfold import FOLDED_KINDS, fold_printed, has_safe_repr, nodes_over_slices
 from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                      FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
@@ -218,6 +219,7 @@ class Compiler:
         # Names certainly bound in the innermost scope at run time (loop targets, macro
         # parameters): reading them needs no walk up the scope chain.
         self.local_names: List[FrozenSet[str]] = [frozenset()]
+        self.over_slices: set = set()  # ids of nodes with a slice inside (constfold.py)
 
     def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = (),
               extra: Tuple[n.Node, ...] = ()) -> Tuple[Stmt, Tuple[str, ...]]:
@@ -258,6 +260,7 @@ class Compiler:
         ``self.name()``)."""
         self.outer_refs = frozenset()
         self.facts = _subtree_facts(template)
+        self.over_slices = nodes_over_slices(template)
         root, fresh = self.frame(template.body)
         return root, fresh, dict(self.blocks)
 
@@ -274,7 +277,22 @@ class Compiler:
         return found
 
     def expr(self, node: n.Node) -> Expr:
+        if id(node) in self.over_slices and type(node) in FOLDED_KINDS:
+            folded = self.constant(node)
+            if folded is not None:
+                return folded
         return self.expressions[type(node)](self, node)
+
+    def constant(self, node: n.Node) -> Optional[Expr]:
+        """Jinja2 folds an expression made of constants while compiling, where its value
+        can be written as a constant: with a slice inside, that value can differ from the
+        render-time one (see constfold.py), so it is taken here."""
+        value = fold_printed(node, self.env, self.join_text)
+        if value is MISSING or not has_safe_repr(value):
+            return None
+        if isinstance(value, (list, dict)):
+            return _fresh_copier(value)
+        return lambda scope: value
 
     def stmt(self, node: n.Node) -> Stmt:
         return self.statements[type(node)](self, node)
@@ -383,11 +401,9 @@ class Compiler:
         """The text Jinja2 prints for ``{{ node }}`` when it computes it while compiling and
         that differs from evaluating it at render time (a constant sliced: see
         constfold.py), else None."""
-        from .constfold import fold_printed, slices_a_constant
-
-        if not slices_a_constant(node):
+        if id(node) not in self.over_slices:
             return None
-        value = fold_printed(node, self.env)
+        value = fold_printed(node, self.env, self.join_text)
         if value is MISSING:
             return None
         try:

@@ -25,7 +25,13 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import nodes as n
 from .runtime import MISSING
 
-__all__ = ["slices_a_constant", "fold_printed"]
+__all__ = ["slices_a_constant", "nodes_over_slices", "fold_printed", "has_safe_repr",
+           "FOLDED_KINDS"]
+
+#: The expression kinds Jinja2's code generator tries to fold wherever they stand
+#: (``optimizeconst``): folded when the value has a safe repr.
+FOLDED_KINDS = frozenset({n.BinOp, n.Neg, n.Pos, n.Not, n.And, n.Or, n.Concat, n.Compare,
+                          n.Getattr, n.Getitem, n.Filter, n.Test, n.CondExpr, n.Call})
 
 
 class _Impossible(Exception):
@@ -51,11 +57,42 @@ def slices_a_constant(node: n.Node) -> bool:
     return any(slices_a_constant(child) for child in node.child_nodes())
 
 
-def fold_printed(node: n.Node, env: "Any") -> "Any":
-    """The value Jinja2 computes for the printed expression ``node`` while compiling, or
-    MISSING when it is not a constant there."""
+def nodes_over_slices(root: n.Node) -> set:
+    """The ids of the nodes under ``root`` (itself included) that hold a subscript by a
+    slice, found in one walk."""
+    found: set = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children = node.child_nodes()
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children)
+            continue
+        if (isinstance(node, n.Getitem) and isinstance(node.arg, n.Slice)) or \
+                any(id(child) in found for child in children):
+            found.add(id(node))
+    return found
+
+
+def has_safe_repr(value: "Any") -> bool:
+    """Jinja2's test for a folded value it may write into its code as a constant."""
+    if value is None or value is NotImplemented or value is Ellipsis:
+        return True
+    if isinstance(value, (bool, int, float, complex, range, str)):
+        return True
+    if type(value) in (tuple, list, set, frozenset):
+        return all(has_safe_repr(item) for item in value)
+    if type(value) is dict:
+        return all(has_safe_repr(key) and has_safe_repr(item) for key, item in value.items())
+    return False
+
+
+def fold_printed(node: n.Node, env: "Any", join: "Callable[[list], str]" = "".join) -> "Any":
+    """The value Jinja2 computes for the expression ``node`` while compiling, or MISSING
+    when it is not a constant there (``join`` joins the pieces of ``~``)."""
     try:
-        return _Folder(env).value(node)
+        return _Folder(env, join).value(node)
     except _Impossible:
         return MISSING
     except RecursionError:
@@ -63,8 +100,9 @@ def fold_printed(node: n.Node, env: "Any") -> "Any":
 
 
 class _Folder:
-    def __init__(self, env: "Any") -> None:
+    def __init__(self, env: "Any", join: "Callable[[list], str]") -> None:
         self.env = env
+        self.join = join
 
     def value(self, node: n.Node) -> "Any":
         method = getattr(self, "fold_" + type(node).__name__, None)
@@ -110,7 +148,7 @@ class _Folder:
         return self.value(node.left) or self.value(node.right)
 
     def fold_Concat(self, node: n.Node) -> "Any":
-        return "".join(str(self.value(item)) for item in node.nodes)
+        return self.join([str(self.value(item)) for item in node.nodes])
 
     def fold_CondExpr(self, node: n.Node) -> "Any":
         if self.value(node.test):

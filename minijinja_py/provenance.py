@@ -286,8 +286,10 @@ def derive(text: str, *inputs: Any) -> str:
     """``text`` computed from ``inputs`` by an operation that does not say which character
     came from where: every character derived from all of their sources (template text when
     only template text went in; a str without origins, counted unknown)."""
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str):
         return text
+    if not text:
+        return _EMPTY
     source = _derived_source(source for value in inputs for source in sources_of(value))
     if source is None:
         source = _COMPUTED
@@ -392,7 +394,7 @@ class PStr(str):
             return _reflected(self, count, "__rmul__", operator.mul)
         result = str.__mul__(self, count)
         if not result:
-            return result
+            return _EMPTY
         runs: list = []
         _shifted(runs, [self] * (len(result) // len(self)))
         return _make(result, runs)
@@ -413,7 +415,7 @@ class PStr(str):
     def __getitem__(self, key: Any) -> Any:
         result = str.__getitem__(self, key)
         if not result:
-            return result
+            return _EMPTY
         if isinstance(key, slice):
             start, stop, step = key.indices(len(self))
             if step == 1:
