@@ -10,9 +10,12 @@ variables, message keys and features a template uses. ``render --provenance`` te
 template's own text from the text that came from the input (colours on a terminal, plain markers
 otherwise, the runs as JSON with ``--json``: see provenance_display.py). TEMPLATE_OR_CONFIG is a
 ``.jinja`` file, a ``tokenizer_config.json``, a model directory or a ``.gguf`` file.
+``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
+JSON Lines, JSON or Parquet dataset on every core, resumably (minijinja_py/chat/dataset/).
 
 Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON, a
-refused model file...), 2 usage error (bad option, missing file). Errors are one message on
+refused model file...), 2 usage error (bad option, missing file); ``dataset`` also returns 3
+when it finished but some rows failed (they are in its errors file). Errors are one message on
 stderr, never a traceback: the specific problems each have their own message, and anything
 unforeseen is still caught by a last-resort handler in :func:`main` and printed as one
 ``minijinja-py: error: ...`` line (exit code 1).
@@ -218,6 +221,10 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("template", metavar="TEMPLATE_OR_CONFIG",
                        help=".jinja file, tokenizer_config.json, model directory or .gguf file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    from .dataset.command import add_dataset_parser
+
+    add_dataset_parser(commands)
     return parser
 
 
@@ -710,6 +717,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if all_ok else 1
 
 
+# ---- dataset ---------------------------------------------------------------------------------
+def _cmd_dataset(args: argparse.Namespace) -> int:
+    """``minijinja-py dataset``: --var and --now read as for render, the rest in
+    minijinja_py/chat/dataset/command.py."""
+    from .dataset.command import run_command
+
+    now = _parse_now(args.now)
+    variables: Dict[str, Any] = {}
+    for item in args.var:
+        key, value = _parse_var(item)
+        if key in ("messages", "tools", "documents"):
+            raise UsageError(f"--var {key}: the rows' {key} come from --{key}-column")
+        if key == "add_generation_prompt":
+            raise UsageError("--var add_generation_prompt: use the --add-generation-prompt "
+                             "option instead")
+        variables[key] = value
+    return run_command(args, variables, now)
+
+
 # ---- entry point -----------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
@@ -762,6 +788,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             return _cmd_render(args)
         if args.command == "encode":
             return _cmd_encode(args)
+        if args.command == "dataset":
+            return _cmd_dataset(args)
         return _cmd_check(args)
     except UsageError as exc:
         print(f"minijinja-py: error: {exc}", file=sys.stderr)
