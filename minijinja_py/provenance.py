@@ -1367,6 +1367,18 @@ class PMarkup(Markup):
             return ((0, len(self), _UNKNOWN_SOURCE, -1),) if self else ()
         raise AttributeError(name)
 
+    def _as_text(self) -> str:
+        return _make(str.__str__(self), list(self._runs))
+
+    def __iter__(self) -> Any:  # a Markup's characters are plain str, with their origins
+        return iter(self._as_text())
+
+    def __getitem__(self, key: Any) -> Any:
+        result = Markup.__getitem__(self, key)
+        marked = PMarkup(result)
+        marked._runs = runs_of(self._as_text()[key]) if result else ()
+        return marked
+
 
 PMarkup.__name__ = PMarkup.__qualname__ = "Markup"
 PMarkup.__module__ = Markup.__module__
