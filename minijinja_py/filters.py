@@ -35,7 +35,8 @@ from .exceptions import FilterArgumentError, LimitExceededError
 from .budget import CHARS_SHIFT, DICT_VIEWS, ITEM_STEPS
 from .limits import (charge, check_collection_size, check_deadline, check_string_size,
                      current_limits)
-from .markup import Markup, escape
+from .markup import Markup
+from .markup import escape as _escape
 from .runtime import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner, LazySequence,
                       Namespace, Undefined, pass_environment)
 
@@ -472,13 +473,13 @@ def do_replace(env: Any, s: Any, old: Any, new: Any, count: Optional[int] = None
         text, old, new = _plain_str(s), _plain_str(old), _plain_str(new)
     else:
         if _has_html(old) or (_has_html(new) and not _has_html(s)):
-            text = escape(s)
+            text = _escape(s)
         else:
             check_str_size(s)
             text = _text(s)
         old, new = _text(old), _text(new)
     # MarkupSafe escapes the replacement (not the searched text) when the subject is Markup.
-    replacement = str(escape(new)) if isinstance(text, Markup) else new
+    replacement = str(_escape(new)) if isinstance(text, Markup) else new
     if isinstance(count, int) and isinstance(replacement, str) and len(replacement) > len(old):
         found = text.count(old) if old else len(text) + 1
         if count >= 0:
@@ -881,14 +882,14 @@ def do_safe(value: Any) -> Markup:
 def do_escape(value: Any) -> Markup:
     """HTML-escape the value unless it already is Markup."""
     check_str_size(value)
-    return escape(value)
+    return _escape(value)
 
 
 def do_forceescape(value: Any) -> Markup:
     """HTML-escape the value even if it is Markup."""
     if _has_html(value):
         value = value.__html__()
-    return escape(_plain_str(value))
+    return _escape(_plain_str(value))
 
 
 def _url_quote(value: Any, for_qs: bool = False) -> str:
@@ -941,13 +942,13 @@ def _linkify(text: Any, trim_url_limit: Optional[int], rel: Optional[str],
         return url
 
     check_str_size(text)
-    words = re.split(r"(\s+)", str(escape(text)))
+    words = re.split(r"(\s+)", str(_escape(text)))
     charge(len(words) * URLIZE_WORD_STEPS)
     attributes = ""
     if rel:
-        attributes += f' rel="{escape(rel)}"'
+        attributes += f' rel="{_escape(rel)}"'
     if target:
-        attributes += f' target="{escape(target)}"'
+        attributes += f' target="{_escape(target)}"'
     limit = current_limits().max_string_size
     total = 0
     for position, word in enumerate(words):
@@ -1031,7 +1032,7 @@ def do_xmlattr(env: Any, d: Any, autospace: bool = True) -> str:
         if _ATTR_NAME_BAD_RE.search(key) is not None:
             raise ValueError(f"Invalid character in attribute name: {key!r}")
         check_str_size(value)
-        return f'{escape(key)}="{escape(value)}"'
+        return f'{_escape(key)}="{_escape(value)}"'
 
     shown = (pair for pair in _mapping_items(d)
              if not (pair[1] is None or isinstance(pair[1], Undefined)))
@@ -1065,8 +1066,18 @@ def do_filesizeformat(value: Any, binary: bool = False) -> str:
 # Numbers
 # ---------------------------------------------------------------------------------------------
 
-def do_abs(value: Any) -> Any:
-    """The absolute value."""
+def _one_argument_error(name: str, extra: tuple, kwargs: dict) -> TypeError:
+    """The TypeError of Python's builtin ``name`` (which Jinja2's filter is) called with more
+    than the value: ``abs() takes exactly one argument (2 given)``."""
+    if kwargs:
+        return TypeError(f"{name}() takes no keyword arguments")
+    return TypeError(f"{name}() takes exactly one argument ({len(extra) + 1} given)")
+
+
+def do_abs(value: Any, *extra: Any, **kwargs: Any) -> Any:
+    """The absolute value (Jinja2's filter is Python's ``abs``)."""
+    if extra or kwargs:
+        raise _one_argument_error("abs", extra, kwargs)
     return abs(value)
 
 
@@ -1119,8 +1130,10 @@ def do_round(value: Any, precision: int = 0, method: str = "common") -> float:
 # Sequences
 # ---------------------------------------------------------------------------------------------
 
-def do_length(value: Any) -> int:
-    """The number of items (``len()``)."""
+def do_length(value: Any, *extra: Any, **kwargs: Any) -> int:
+    """The number of items (Jinja2's filter is Python's ``len``)."""
+    if extra or kwargs:
+        raise _one_argument_error("len", extra, kwargs)
     if isinstance(value, LazySequence):
         raise TypeError(f"object of type '{_python_type_name(value)}' has no len()")
     return len(value)
@@ -1205,7 +1218,7 @@ def do_join(env: Any, value: Any, d: str = "", attribute: Any = None) -> str:
         return separator.join(_gather(items, _plain_str, separator))
     if _has_html(d):
         separator = _text(d)
-        return separator.join(_gather(items, lambda item: escape(_text(item)), separator))
+        return separator.join(_gather(items, lambda item: _escape(_text(item)), separator))
     pieces = list(items)
     any_markup = False
     for position, item in enumerate(pieces):
@@ -1216,8 +1229,8 @@ def do_join(env: Any, value: Any, d: str = "", attribute: Any = None) -> str:
     if not any_markup:
         separator = _plain_str(d)
         return separator.join(_gather(pieces, _plain_str, separator))
-    separator = escape(d)
-    return separator.join(_gather(pieces, escape, separator))
+    separator = _escape(d)
+    return separator.join(_gather(pieces, _escape, separator))
 
 
 def do_batch(value: Any, linecount: int, fill_with: Any = None) -> LazySequence:
@@ -1646,5 +1659,24 @@ FILTERS: Dict[str, Callable[..., Any]] = {
     "wordwrap": do_wordwrap,
     "xmlattr": do_xmlattr,
 }
+
+# Jinja2's names for the functions behind these filters (its `sync_do_*` variants, markupsafe's
+# `escape` and `soft_str`, transformers' `tojson`): Python names the function in the TypeError
+# of a wrong call ("sync_do_join() got an unexpected keyword argument 'sep'"). Each is also a
+# module attribute, so that pickle, which finds a function by its name, still finds them.
+_JINJA2_NAMES = {
+    "join": "sync_do_join", "first": "sync_do_first", "list": "sync_do_list",
+    "groupby": "sync_do_groupby", "slice": "sync_do_slice", "sum": "sync_do_sum",
+    "unique": "sync_do_unique", "map": "sync_do_map", "select": "sync_do_select",
+    "reject": "sync_do_reject", "selectattr": "sync_do_selectattr",
+    "rejectattr": "sync_do_rejectattr", "safe": "do_mark_safe", "string": "soft_str",
+    "escape": "escape", "tojson": "tojson",
+}
+for _filter, _name in _JINJA2_NAMES.items():
+    _function = FILTERS[_filter]
+    _function.__name__ = _function.__qualname__ = _name
+    assert _name not in globals(), _name
+    globals()[_name] = _function
+del _filter, _name, _function
 
 __all__ = ["FILTERS", "GroupTuple", "check_str_size"]

@@ -12,6 +12,10 @@ tag 'endfor'. Jinja was looking for ...") from its stack.
 Parsing is bounded: the scanner, the driver and the assembler look at the parse deadline
 (``Limits.max_seconds``) every thousand tokens or tags, and an operator chain nested deeper
 than the depth check allows is refused as soon as it is (see :class:`ToAst`).
+
+One file past 1,000 lines: the rule callbacks of :class:`ToAst`, the block table and the
+assembler are one mapping from the grammar to the AST, changed together whenever the grammar
+changes. Jinja2's exact syntax error messages are worked out elsewhere (:mod:`diagnostics`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from . import nodes as n
 from .nodes import GC_PAUSE_SOURCE, PausedGC
 from .exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
 from .limits import check_deadline
-from .scanner import BLOCK, DATA, DEADLINE_EVERY, LineIndex, Segment, scan
+from .scanner import BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineIndex, Segment, scan
 
 DEFAULT_MAX_NESTING = 128
 START_SYMBOLS = ["print_tag", "expr_tag", "if_tag", "for_tag", "set_tag", "macro_tag",
@@ -150,7 +154,7 @@ class ToAst:
     it holds the parse's ``position`` function and the tag's parenthesized nodes."""
 
     __slots__ = ("position", "parenthesized", "max_nesting", "chain_limit", "chain_end",
-                 "chain_length", "max_stack", "lalr_callbacks")
+                 "chain_length", "max_stack", "lalr_callbacks", "deferred")
 
     def __init__(self, position: Any, max_nesting: int = DEFAULT_MAX_NESTING,
                  max_rule_size: int = 6) -> None:
@@ -174,6 +178,9 @@ class ToAst:
         # before a right-nested chain (`- - - ... 1`, `not not ...`) is even reduced.
         self.max_stack = 2 * max_rule_size * (8 * max_nesting + 4)
         self.lalr_callbacks: Any = None  # the driver's bound methods (lalr.Tables.callbacks)
+        # The first error Jinja2 only finds compiling the parsed template (Python's SyntaxError
+        # on its generated code): raised once the whole template has parsed (Parser.parse).
+        self.deferred: Optional[TemplateSyntaxError] = None
 
     # -- helpers --------------------------------------------------------------------------
     def chain(self, node: n.Node, child: Any) -> n.Node:
@@ -211,6 +218,11 @@ class ToAst:
         if isinstance(item, n.Node):
             return TemplateSyntaxError(message, item.lineno, item.column)
         return TemplateSyntaxError(message, *self.position(item[2]))
+
+    def defer(self, message: str, item: Any) -> None:
+        """Record a compile-time error of Jinja2's (see ``deferred``); the parse goes on."""
+        if self.deferred is None:
+            self.deferred = self.error(message, item)
 
     def int_value(self, token: Any) -> int:
         try:
@@ -260,6 +272,8 @@ class ToAst:
             raise self.error("can't assign to 'tuple'", target)
 
     def macro_tag(self, c):
+        if c[0][1] in _CONSTANT_NAMES:  # Jinja2's Name.can_assign()
+            raise self.error("can't assign to 'name'", c[0])
         params = c[2] if isinstance(c[2], list) else []
         return (c[0][1], params)
 
@@ -295,7 +309,7 @@ class ToAst:
         names = set()
         for name, default, token in params:
             if name in names:  # Jinja2: Python's SyntaxError compiling the macro
-                raise self.error(f"duplicate argument {name!r} in macro definition", token)
+                self.defer(f"duplicate argument {name!r} in macro definition", token)
             names.add(name)
             if default is not None:
                 seen_default = True
@@ -304,9 +318,13 @@ class ToAst:
         return [(name, default) for name, default, _ in params]
 
     def param(self, c):
+        if c[0][1] in _CONSTANT_NAMES:  # Jinja2's Name.can_assign()
+            raise self.error("can't assign to 'name'", c[0])
         return (c[0][1], c[2] if len(c) > 2 else None, c[0])
 
     def with_assign(self, c):
+        if any(isinstance(item, n.NSRef) for item in _targets(c[0])):
+            raise self.error("can't assign to a namespace attribute in `with`", c[0])
         self._check_assignable(c[0])
         return (c[0], c[2])
 
@@ -445,7 +463,7 @@ class ToAst:
                 if dyn_kwargs is not None:
                     raise self.error("invalid syntax for function call expression", token)
                 if any(name == value[0] for name, _ in kwargs):  # Jinja2: Python's SyntaxError
-                    raise self.error(f"keyword argument repeated: {value[0]}", token)
+                    self.defer(f"keyword argument repeated: {value[0]}", token)
                 kwargs.append(value)
             elif kind == "star":
                 if dyn_args is not None or dyn_kwargs is not None:
@@ -470,7 +488,7 @@ class ToAst:
         return ("starstar", c[1], c[0])
 
     def filter_name(self, c):
-        return ".".join([item[1] for item in c if item[0] == "NAME"])
+        return ".".join([item[1] for item in c if item[0] != "DOT"])
 
     def test_name(self, c):
         return ".".join([item[1] for item in c if item[0] != "DOT"])
@@ -546,7 +564,7 @@ _NO_LOADER_TAGS = ("include", "import", "from", "extends")
 class _Open:
     """A block being assembled: its opening tag, the head it parsed and the bodies so far."""
 
-    __slots__ = ("tag", "head", "bodies", "lineno", "column", "middle")
+    __slots__ = ("tag", "head", "bodies", "lineno", "column", "middle", "closed_at")
 
     def __init__(self, tag: str, head: Any, lineno: int, column: int) -> None:
         self.tag = tag
@@ -555,6 +573,8 @@ class _Open:
         self.lineno = lineno
         self.column = column
         self.middle = tag
+        self.closed_at = 0  # offset of what follows the closing tag's name (Jinja2's line of
+        # an error found closing the block)
 
     @property
     def body(self) -> list:
@@ -580,7 +600,13 @@ class Parser:
         self.max_nesting = max_nesting
         self.segments, self.lines, self.normalised = scan(
             source, trim_blocks=trim_blocks, lstrip_blocks=lstrip_blocks,
-            keep_trailing_newline=keep_trailing_newline, name=name, max_nesting=max_nesting)
+            keep_trailing_newline=keep_trailing_newline, name=name, max_nesting=max_nesting,
+            defer_errors=True)
+        # where the scanner failed, if it did: raised once the segments before it are parsed,
+        # as Jinja2's lazy lexer raises its error after any parse error before it
+        self.scan_error: Any = None
+        if self.segments and self.segments[-1].kind == ERROR:
+            self.scan_error = self.segments.pop()
         self.tables = get_tables()
         self.max_depth = 1  # the most blocks open at once (+1), and the most levels an
         self.max_tag_depth = 0  # expression of one tag can have: see _check_depth
@@ -588,6 +614,7 @@ class Parser:
         self.block_names: set = set()  # `{% block %}` names: Jinja2 refuses one defined twice
         self.do_statement = do_statement  # `{% do %}`: only with Jinja2's `do` extension
         self.transformer = ToAst(self.position, max_nesting, self.tables.max_rule_size)
+        self.stack: List[_Open] = []  # the open blocks, innermost last (during parse())
 
     # -- helpers -------------------------------------------------------------------------
     def error(self, message: str, lineno: int, column: Optional[int]) -> TemplateSyntaxError:
@@ -603,11 +630,12 @@ class Parser:
             raise
 
     def parse_tokens(self, tokens: list, start: str, segment: Segment) -> Any:
-        """Run the LALR parser over one tag's tokens from the given start symbol."""
+        """Run the LALR parser over one tag's tokens (all of them or its head's) from the given
+        start symbol. A tag it refuses is reported with Jinja2's error (see jinja_error)."""
         if not tokens:
             what = "print statement" if start == "print_tag" else "statement block"
-            line, column = self.lines.position(segment.offset)
-            raise self.error(f"Expected an expression, got 'end of {what}'", line, column)
+            raise self.jinja_error(segment, f"Expected an expression, got 'end of {what}'",
+                                   segment.end)
         count = len(tokens)
         depth = count if count <= lalr.TRACE_TOKENS else _expression_depth_bound(tokens)
         if depth > self.max_tag_depth:
@@ -618,17 +646,87 @@ class Parser:
         try:
             return lalr.parse(self.tables, tokens, start, transformer)
         except lalr.ParseError as exc:
-            what = "print statement" if start == "print_tag" else "statement block"
             token = exc.token
-            if token is None:
-                line, column = self.lines.position(segment.end)
-                raise self.error(f"unexpected end of {what}", line, column) from None
-            raise self.error(f"unexpected {token[1]!r}", *self.position(token[2])) from None
+            end = "variable_end" if segment.kind == VAR else "block_end"
+            raise self.jinja_error(segment, f"unexpected {_describe(token, end)!r}",
+                                   segment.end if token is None else token[2]) from None
+        except TemplateSyntaxError as exc:  # a check of the transformer's
+            raise self.jinja_error(segment, exc) from None
+
+    def jinja_error(self, segment: Segment, fallback: Any = None,
+                    offset: Optional[int] = None) -> TemplateSyntaxError:
+        """The error Jinja2 raises reading this tag (see :mod:`diagnostics`), which the parser
+        refused; ``fallback`` when Jinja2 raises none there: an exception, or a message located
+        at ``offset``."""
+        role, block_name = self._role(segment)
+        if segment.kind == ERROR:
+            if segment.at_eof:  # Jinja2's end of template: on the line of the last token
+                tokens = segment.tokens
+                end = ("eof", "", tokens[-1][2] if tokens else segment.offset)
+            else:
+                end = ("error", segment.error, segment.end)
+        else:
+            end = ("variable_end" if segment.kind == VAR else "block_end", "", segment.end)
+        from .diagnostics import diagnose  # only ever needed for a template in error
+
+        try:
+            found = diagnose(segment.tokens, end, unescape_string, role, block_name,
+                             self.do_statement)
+        except LimitExceededError as exc:  # the parse deadline
+            exc._locate(*self.position(segment.offset))
+            exc._attach_source(self.name, self.source)
+            raise
+        if found is None:
+            if isinstance(fallback, TemplateSyntaxError):
+                fallback._attach_source(self.name, self.source)
+                return fallback
+            return self.error(fallback, *self.position(offset if offset is not None
+                                                       else segment.offset))
+        message, at, cls, ready = found
+        if ready is not None:
+            return ready
+        line, column = self.position(at)
+        return cls(message, line, column, self.name, self.source)
+
+    def _role(self, segment: Segment) -> Tuple[str, Optional[str]]:
+        """What a tag is to the innermost open block, for :func:`diagnostics.diagnose`."""
+        kind = segment.tag_kind if segment.kind == ERROR else segment.kind  # type: ignore
+        if kind == VAR:
+            return "print", None
+        tokens = segment.tokens
+        if tokens and tokens[0][0] in NAME_KINDS and self.stack:
+            tag = tokens[0][1]
+            top = self.stack[-1]
+            if top.tag in _BLOCKS:
+                middles, closer = _BLOCKS[top.tag]
+                if tag == closer:
+                    return "closer", top.head[0] if top.tag == "block" else None
+                if tag in middles and top.middle != "else":
+                    return "middle", None
+        return "statement", None
+
+    def _scan_error(self, segment: Any, stack: List[_Open]) -> TemplateSyntaxError:
+        """The error of the scanner's ErrorSegment, or the one Jinja2 raises before it."""
+        tokens = segment.tokens
+        if segment.tag_kind is None:
+            return segment.error
+        if segment.tag_kind == BLOCK and tokens and tokens[0][0] in NAME_KINDS:
+            kind, tag, offset = tokens[0]
+            if (self._role(segment)[0] == "statement"
+                    and self._handler(kind, tag) is None):
+                return self._unknown_tag(tag, stack, *self.position(offset))
+        return self.jinja_error(segment, segment.error)
+
+    def _defer(self, error: TemplateSyntaxError) -> None:
+        """An error Jinja2 only raises compiling the parsed template: raised after the parse."""
+        if self.transformer.deferred is None:
+            self.transformer.deferred = error
 
     # -- assembly ------------------------------------------------------------------------
     def parse(self) -> n.Template:
         root = _Open("template", None, 1, 1)
         stack: List[_Open] = [root]
+        self.stack = stack
         self.max_tag_depth = 0
         countdown = DEADLINE_EVERY  # segments until the next look at the parse deadline
         try:
@@ -645,11 +743,17 @@ class Parser:
                 else:
                     expr = self.parse_tokens(segment.tokens, "print_tag", segment)
                     self._append_output(stack[-1].body, expr, segment)
+            if self.scan_error is not None:
+                raise self._scan_error(self.scan_error, stack)
         except TemplateSyntaxError as exc:
             exc._attach_source(self.name, self.source)
             raise
         if len(stack) > 1:
-            raise self._unknown_tag(None, stack, *self.lines.position(len(self.normalised)))
+            raise self._unknown_tag(None, stack, *self._eof_position())
+        if self.transformer.deferred is not None:
+            error = self.transformer.deferred
+            error._attach_source(self.name, self.source)
+            raise error
         template = n.Template(root.body, lineno=1, column=1)
         self._check_depth(template)
         return template
@@ -698,6 +802,17 @@ class Parser:
             for child in node.iter_child_nodes():
                 stack.append((child, depth + 1))
 
+    def _eof_position(self) -> Tuple[int, int]:
+        """Where the template ends, for "Unexpected end of template": Jinja2 reports the line
+        of its last token (the start of the last text, the end of the last tag); the column
+        is the end of the source when it is on that line."""
+        end_line, end_column = self.lines.position(len(self.normalised))
+        if not self.segments:
+            return end_line, end_column
+        last = self.segments[-1]
+        line, column = self.position(last.offset if last.kind == DATA else last.end)
+        return (end_line, end_column) if line == end_line else (line, column)
+
     def _append_output(self, body: list, item: n.Node, segment: Segment) -> None:
         if body and isinstance(body[-1], n.Output):
             if not item.lineno:
@@ -731,44 +846,53 @@ class Parser:
     def _statement(self, segment: Segment, stack: List[_Open]) -> None:
         tokens = segment.tokens
         if not tokens:
-            raise self.error("tag name expected", *self.lines.position(segment.offset))
+            raise self.jinja_error(segment, "tag name expected", segment.offset)
         kind, tag, offset = tokens[0]
+        if kind not in NAME_KINDS:
+            raise self.jinja_error(segment, "tag name expected", offset)
         rest = tokens[1:]
         top = stack[-1]
         if top.tag in _BLOCKS:
             middles, closer = _BLOCKS[top.tag]
             if tag == closer:
-                self._expect_end(rest, tag, segment, top)
+                self._expect_end(rest, segment, top)
+                top.closed_at = rest[0][2] if rest else segment.end
                 stack.pop()
                 node = self._close(top)
                 stack[-1].body.append(node)
                 return
             if tag in middles and top.middle != "else":
                 head = None
+                rest = _head(rest)
                 if tag == "elif":
                     head = self.parse_tokens(rest, "if_tag", segment)
                 else:
-                    self._expect_end(rest, tag, segment)
+                    self._expect_end(rest, segment)
                 top.middle = tag
                 top.bodies.append((tag, head, []))
                 return
         line, column = self.lines.position(offset)
-        handler = _STATEMENTS.get(tag) if kind in ("NAME", "IF") else None
-        if handler is None and tag == "do" and kind == "NAME" and self.do_statement:
-            handler = Parser._stmt_do
+        handler = self._handler(kind, tag)
         if handler is None:
             raise self._unknown_tag(tag, stack, line, column)
         handler(self, rest, segment, stack, line, column)
 
-    def _expect_end(self, rest: list, tag: str, segment: Segment,
-                    block: Optional["_Open"] = None) -> None:
-        if (rest and tag == "endblock" and len(rest) == 1 and rest[0][0] == "NAME"
-                and block is not None and rest[0][1] == block.head[0]):
+    def _handler(self, kind: str, tag: str) -> Any:
+        """The method reading a statement's head, None for a tag Jinja2 does not know."""
+        handler = _STATEMENTS.get(tag) if kind in ("NAME", "IF") else None
+        if handler is None and tag == "do" and kind == "NAME" and self.do_statement:
+            handler = Parser._stmt_do
+        return handler
+
+    def _expect_end(self, rest: list, segment: Segment, block: Optional["_Open"] = None) -> None:
+        """Nothing may follow the tag's name (a closer of `{% block %}`: that block's name)."""
+        if (rest and len(rest) == 1 and rest[0][0] in NAME_KINDS and block is not None
+                and block.tag == "block" and rest[0][1] == block.head[0]):
             return
         if rest:
-            line, column = self.lines.position(rest[0][2])
-            raise self.error(f"expected token 'end of statement block', got {rest[0][1]!r}",
-                             line, column)
+            raise self.jinja_error(segment, f"expected token 'end of statement block', got"
+                                            f" {_describe(rest[0], '')!r}",
+                                   rest[0][2])
 
     def _open(self, stack: List[_Open], tag: str, head: Any, line: int, column: int) -> None:
         if len(stack) > self.max_nesting:
@@ -779,40 +903,35 @@ class Parser:
             self.max_depth = len(stack)
 
     # -- statement heads -----------------------------------------------------------------
+    # A block's opening tag may end with a colon, which Jinja2 skips (`{% if x: %}`): _head()
     def _stmt_if(self, rest, segment, stack, line, column):
-        self._open(stack, "if", self.parse_tokens(rest, "if_tag", segment), line, column)
+        self._open(stack, "if", self.parse_tokens(_head(rest), "if_tag", segment), line, column)
 
     def _stmt_for(self, rest, segment, stack, line, column):
-        depth = 0
-        for index, (kind, _, offset) in enumerate(rest):
-            depth += kind in ("LPAR", "LBRACKET", "LBRACE")
-            depth -= kind in ("RPAR", "RBRACKET", "RBRACE")
-            if kind == "IN" and depth == 0:
-                if index and rest[index - 1][0] == "COMMA":
-                    # Jinja2 reads `for a, in x` as `for (a, in) ...`: a syntax error
-                    after = rest[index + 1] if index + 1 < len(rest) else None
-                    got = repr(after[1]) if after else "'end of statement block'"
-                    at = after[2] if after else offset
-                    raise self.error(f"expected token 'in', got {got}",
-                                     *self.lines.position(at))
-                break
-        head = self.parse_tokens(rest, "for_tag", segment)
+        head = self.parse_tokens(_head(rest), "for_tag", segment)
         if any(isinstance(t, n.NSRef) for t in _targets(head[1])):
-            raise self.error("can't assign to namespace attribute in a for loop", line, column)
+            # Jinja2 reads the name, then wants `in` where the dot is
+            raise self.jinja_error(segment, "can't assign to namespace attribute in a for loop",
+                                   segment.offset)
         self._open(stack, "for", head, line, column)
 
     def _stmt_set(self, rest, segment, stack, line, column):
-        head = self.parse_tokens(rest, "set_tag", segment)
+        tokens = _head(rest)
+        head = self.parse_tokens(tokens, "set_tag", segment)
         if head[0] == "assign":
+            if tokens is not rest:  # `{% set x = y: %}`: only a block assignment takes a colon
+                raise self.jinja_error(segment, "unexpected ':'", rest[-1][2])
             stack[-1].body.append(n.Assign(head[1], head[2], lineno=line, column=column))
         else:
             self._open(stack, "set", head, line, column)
 
     def _stmt_macro(self, rest, segment, stack, line, column):
-        self._open(stack, "macro", self.parse_tokens(rest, "macro_tag", segment), line, column)
+        self._open(stack, "macro", self.parse_tokens(_head(rest), "macro_tag", segment), line,
+                   column)
 
     def _stmt_call(self, rest, segment, stack, line, column):
         params: list = []
+        rest = _head(rest)
         if rest and rest[0][0] == "LPAR":
             depth = 0
             for index, token in enumerate(rest):
@@ -826,42 +945,50 @@ class Parser:
                         break
         call = self.parse_tokens(rest, "expr_tag", segment)
         if not isinstance(call, n.Call):
-            raise self.error("expected call", line, column)
+            raise self.jinja_error(segment, "expected call", segment.offset)
         self._open(stack, "call", (call, params), line, column)
 
     def _stmt_filter(self, rest, segment, stack, line, column):
-        self._open(stack, "filter", self.parse_tokens(rest, "filter_tag", segment), line, column)
+        self._open(stack, "filter", self.parse_tokens(_head(rest), "filter_tag", segment), line,
+                   column)
 
     def _stmt_with(self, rest, segment, stack, line, column):
+        # (no colon: Jinja2 reads assignments up to the tag's end)
         head = self.parse_tokens(rest, "with_tag", segment) if rest else []
         self._open(stack, "with", head, line, column)
 
     def _stmt_generation(self, rest, segment, stack, line, column):
-        self._expect_end(rest, "generation", segment)
+        self._expect_end(_head(rest), segment)
         self._open(stack, "generation", None, line, column)
 
     def _stmt_block(self, rest, segment, stack, line, column):
-        if not rest or rest[0][0] != "NAME":
-            raise self.error("block name expected", line, column)
-        if rest[0][1] in self.block_names:
-            raise TemplateAssertionError(f"block {rest[0][1]!r} defined twice", line, column,
-                                         self.name, self.source)
-        self.block_names.add(rest[0][1])
-        modifiers = [token[1] for token in rest[1:]]
-        for token in rest[1:]:
-            if token[0] != "NAME" or token[1] not in ("scoped", "required"):
-                raise self.error(f"expected token 'end of statement block', got {token[1]!r}",
-                                 *self.position(token[2]))
-        self._open(stack, "block", (rest[0][1], "scoped" in modifiers, "required" in modifiers),
-                   line, column)
+        # Jinja2: a name, then `scoped`, then `required` (in this order), then the end
+        head = _head(rest)
+        if not head or head[0][0] not in NAME_KINDS:
+            raise self.jinja_error(segment, "block name expected", segment.offset)
+        name = head[0][1]
+        index = 1
+        scoped = index < len(head) and head[index][:2] == ("NAME", "scoped")
+        index += scoped
+        required = index < len(head) and head[index][:2] == ("NAME", "required")
+        index += required
+        if index < len(head):
+            raise self.jinja_error(segment, "expected token 'end of statement block', got"
+                                   f" {_describe(head[index], '')!r}",
+                                   head[index][2])
+        if name in self.block_names:  # Jinja2: compiling the template
+            self._defer(TemplateAssertionError(f"block {name!r} defined twice", line, column,
+                                               self.name, self.source))
+        self.block_names.add(name)
+        self._open(stack, "block", (name, scoped, required), line, column)
 
     def _stmt_autoescape(self, rest, segment, stack, line, column):
-        self._open(stack, "autoescape", self.parse_tokens(rest, "expr_tag", segment), line,
-                   column)
+        self._open(stack, "autoescape", self.parse_tokens(_head(rest), "expr_tag", segment),
+                   line, column)
 
     def _stmt_loop_control(self, rest, segment, stack, line, column):
         tag = "break" if segment.tokens[0][1] == "break" else "continue"
-        self._expect_end(rest, tag, segment)
+        self._expect_end(rest, segment)
         for block in reversed(stack):
             if block.tag in ("macro", "call", "block"):  # a block renders as a function
                 break
@@ -869,19 +996,47 @@ class Parser:
                 node_type = n.Break if tag == "break" else n.Continue
                 stack[-1].body.append(node_type(lineno=line, column=column))
                 return
-        raise self.error(f"'{tag}' is only allowed inside a loop", line, column)
+        # Jinja2: Python's SyntaxError compiling the template, with Python's message
+        message = "'break' outside loop" if tag == "break" else "'continue' not properly in loop"
+        self._defer(self.error(message, line, column))
 
     def _stmt_do(self, rest, segment, stack, line, column):
-        expr = self.parse_tokens(rest, "expr_tag", segment)
+        expr = self.parse_tokens(rest, "print_tag", segment)  # Jinja2: a tuple too
         stack[-1].body.append(n.ExprStmt(expr, lineno=line, column=column))
 
+    def _stmt_print(self, rest, segment, stack, line, column):
+        """``{% print a, b %}`` prints each expression (no tuple: ``(a, b)`` prints one)."""
+        if not rest:
+            return
+        if rest[-1][0] == "COMMA":  # Jinja2 wants another expression after each comma
+            raise self.jinja_error(segment, "unexpected 'end of statement block'", segment.end)
+        expr = self.parse_tokens(rest, "print_tag", segment)
+        items = [expr]
+        if (isinstance(expr, n.TupleLit) and expr.items
+                and id(expr) not in self.transformer.parenthesized):
+            items = expr.items
+        for item in items:
+            self._append_output(stack[-1].body, item, segment)
+
     def _stmt_no_loader(self, rest, segment, stack, line, column):
+        # nothing is loaded, but the tag must read as Jinja2 reads it
+        from .diagnostics import diagnose
+
+        found = diagnose(segment.tokens, ("block_end", "", segment.end), unescape_string,
+                         "statement")
+        if found is not None:
+            raise self.jinja_error(segment)
         stack[-1].body.append(n.NoLoader(segment.tokens[0][1], lineno=line, column=column))
 
     # -- closing blocks ------------------------------------------------------------------
     def _close(self, block: _Open) -> n.Node:
         make = _CLOSERS[block.tag]
-        node = make(block)
+        try:
+            node = make(block)
+        except TemplateSyntaxError as exc:  # Jinja2's line: what follows the closing tag's name
+            exc._locate(*self.position(block.closed_at))
+            exc._attach_source(self.name, self.source)
+            raise
         node.lineno, node.column = block.lineno, block.column
         # filters of `{% filter %}` / `{% set x | f %}` heads: located at their tag
         chain = getattr(node, "filter", None)
@@ -917,6 +1072,21 @@ def _nesting_error(limit: int, what: str, lineno: int, column: int, name: Option
         "with Environment(limits=Limits(max_nesting=...)) if this template is trusted)",
         lineno, column, name, source)
     return err
+
+
+def _describe(token: Any, end: str = "") -> str:
+    """How Jinja2 names a token in a message (None: the tag's end, of Jinja2 type ``end``)."""
+    from .diagnostics import describe_scanner_token
+
+    return describe_scanner_token(token, end)
+
+
+def _head(tokens: Any) -> Any:
+    """A block opener's tokens without the colon that may end them (`{% for x in y: %}`):
+    Jinja2 skips one there (Python's habit). The same object when there is none."""
+    if tokens and tokens[-1][0] == "COLON":
+        return tokens[:-1]
+    return tokens
 
 
 def _targets(target: n.Node) -> List[n.Node]:
@@ -966,8 +1136,8 @@ def _close_block(block: _Open) -> n.Node:
     if required and any(not isinstance(item, n.Output) or not all(
             isinstance(part, n.TemplateData) and not part.data.strip() for part in item.nodes)
             for item in block.body):
-        raise TemplateSyntaxError("Required blocks can only contain comments or whitespace",
-                                  block.lineno, block.column)
+        # located by Parser._close
+        raise TemplateSyntaxError("Required blocks can only contain comments or whitespace")
     return n.Scope(name, scoped, required, block.body)
 
 
@@ -998,6 +1168,7 @@ _STATEMENTS = {
     "autoescape": Parser._stmt_autoescape,
     "break": Parser._stmt_loop_control,
     "continue": Parser._stmt_loop_control,
+    "print": Parser._stmt_print,
     **{tag: Parser._stmt_no_loader for tag in _NO_LOADER_TAGS},
 }
 

@@ -231,7 +231,10 @@ class Namespace:
 
 
 class GuardedNamespace(Namespace):
-    """transformers' ``namespace``: attribute names starting with ``_`` are refused."""
+    """transformers' ``namespace``: attribute names starting with ``_`` are refused.
+
+    Its class is called ``TemplateNamespace``, as transformers' is: Python names it in messages
+    ("Object of type TemplateNamespace is not JSON serializable")."""
 
     __slots__ = ()
 
@@ -243,12 +246,16 @@ class GuardedNamespace(Namespace):
     @staticmethod
     def _refuse_private(name: Any) -> None:
         if isinstance(name, str) and name.startswith("_"):
-            raise SecurityError(f"namespace attribute {name!r} is unsafe: names starting with"
-                                " '_' are not allowed")
+            # transformers' message
+            raise SecurityError(f"namespace attribute names may not start with '_': {name!r}")
 
     def _template_setattr(self, name: str, value: Any) -> None:
         self._refuse_private(name)
         self._attrs[name] = value
+
+
+GuardedNamespace.__name__ = GuardedNamespace.__qualname__ = "TemplateNamespace"
+TemplateNamespace = GuardedNamespace  # (pickle finds a class by its name)
 
 
 class TemplateDict:

@@ -30,6 +30,7 @@ DEADLINE_EVERY = 1024
 DATA = "data"
 VAR = "var"
 BLOCK = "block"
+ERROR = "error"  # see ErrorSegment
 
 # A token is (type, value, offset): offset is into the normalised source.
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,6 +116,8 @@ OPERATORS = {
 KEYWORDS = {
     "and": "AND", "or": "OR", "not": "NOT", "in": "IN", "is": "IS", "if": "IF", "else": "ELSE",
 }
+#: The token types that are names to Jinja2 (its lexer makes keywords names).
+NAME_KINDS = frozenset(["NAME", *KEYWORDS.values()])
 _CLOSING = {")": "(", "]": "[", "}": "{"}
 _OPENING = frozenset("([{")
 _BRACKETS = frozenset("([{}])")
@@ -141,6 +144,26 @@ class Segment:
         if self.kind == DATA:
             return f"Segment(data, {self.text!r})"
         return f"Segment({self.kind}, {[t[1] for t in self.tokens]!r})"
+
+
+class ErrorSegment(Segment):
+    """Where the scanner failed, with ``defer_errors``: always the last segment.
+
+    ``error`` is the scanner's TemplateSyntaxError. ``tag_kind`` is VAR or BLOCK when it
+    failed inside a tag (``tokens`` are that tag's tokens read before the failure, ``offset``
+    the tag's start, ``end`` where the failure is), None elsewhere (a comment or raw block
+    without its end). ``at_eof``: the source ended inside the tag, which Jinja2's lexer does
+    not report itself (its parser then meets the end of the template).
+    """
+
+    __slots__ = ("error", "tag_kind", "at_eof")
+
+    def __init__(self, error: TemplateSyntaxError, tag_kind: Optional[str], offset: int,
+                 end: int, tokens: Tuple[Token, ...] = (), at_eof: bool = False) -> None:
+        super().__init__(ERROR, offset, end, tokens=tokens)
+        self.error = error
+        self.tag_kind = tag_kind
+        self.at_eof = at_eof
 
 
 class LineIndex:
@@ -170,8 +193,11 @@ class Scanner:
 
     def __init__(self, source: str, *, trim_blocks: bool, lstrip_blocks: bool,
                  name: Optional[str] = None, original_source: Optional[str] = None,
-                 max_nesting: int = 128) -> None:
+                 max_nesting: int = 128, defer_errors: bool = False) -> None:
         self.source = source
+        # A syntax error ends the segments with an ErrorSegment instead of being raised: the
+        # parser raises it when Jinja2's lazy lexer would, after any parse error before it.
+        self.defer_errors = defer_errors
         self.max_nesting = max_nesting
         self.trim_blocks = trim_blocks
         self.lstrip_blocks = lstrip_blocks
@@ -187,7 +213,9 @@ class Scanner:
     # -- errors -------------------------------------------------------------------------
     def error(self, message: str, offset: int) -> TemplateSyntaxError:
         line, column = self.lines.position(min(offset, len(self.source)))
-        return TemplateSyntaxError(message, line, column, self.name, self.original_source)
+        exc = TemplateSyntaxError(message, line, column, self.name, self.original_source)
+        exc._offset = offset  # type: ignore[attr-defined]  # where, for an ErrorSegment
+        return exc
 
     def check_deadline(self, offset: int) -> None:
         """Raise DeadlineExceededError, located at ``offset``, if the parse has run too long."""
@@ -200,8 +228,26 @@ class Scanner:
 
     # -- main loop ----------------------------------------------------------------------
     def scan(self) -> List[Segment]:
-        source = self.source
         segments: List[Segment] = []
+        # the tag being read token by token: (kind, start, tokens so far)
+        self._tag: Optional[Tuple[str, int, List[Token]]] = None
+        try:
+            self._scan(segments)
+        except TemplateSyntaxError as exc:
+            if not self.defer_errors or isinstance(exc, LimitExceededError):
+                raise
+            tag = self._tag
+            if tag is None:
+                segments.append(ErrorSegment(exc, None, len(self.source), len(self.source)))
+            else:
+                kind, start, tokens = tag
+                segments.append(ErrorSegment(
+                    exc, VAR if kind == "{" else BLOCK, start, getattr(exc, "_offset", start),
+                    tuple(tokens), getattr(exc, "_at_eof", False)))
+        return segments
+
+    def _scan(self, segments: List[Segment]) -> None:
+        source = self.source
         add = segments.append
         pos = 0
         line_starting = True
@@ -290,6 +336,7 @@ class Scanner:
             push = tokens.append
             brackets: List[Tuple[str, int]] = []
             pos = body
+            self._tag = (kind, start, tokens)
             while True:
                 countdown -= 1
                 if countdown <= 0:
@@ -328,6 +375,7 @@ class Scanner:
                         if marker - 1 <= offset <= marker:  # it ended at the first marker
                             (seen if kind == "{" else seen_blocks)[interior] = (
                                 segment_tokens, body, offset)
+                        self._tag = None
                         break
                     # the other tag's end, or an end inside brackets, is operators: in
                     # `{{ {'a': {}}}}` the first `}}` closes two braces
@@ -338,7 +386,6 @@ class Scanner:
                     push((operators[value], value, offset))
                 else:
                     push((group, value, pos - len(value)))  # type: ignore[arg-type]
-        return segments
 
     def _identifier(self, begin: int) -> Tuple[str, int]:
         """The name starting at ``begin`` that Jinja2 reads there, and where it ends.
@@ -366,9 +413,12 @@ class Scanner:
         if pos >= len(self.source):
             what = "print statement" if kind == "{" else "statement block"
             if brackets:
-                raise self.error(f"unexpected end of template, unclosed '{brackets[-1][0]}'",
+                exc = self.error(f"unexpected end of template, unclosed '{brackets[-1][0]}'",
                                  brackets[-1][1])
-            raise self.error(f"unexpected end of template, expected 'end of {what}'.", start)
+            else:
+                exc = self.error(f"unexpected end of template, expected 'end of {what}'.", start)
+            exc._at_eof = True  # type: ignore[attr-defined]
+            raise exc
         char = self.source[pos]
         raise self.error(f"unexpected char {char!r} at {pos}", pos)
 
@@ -387,8 +437,8 @@ class Scanner:
         if body_start == len(self.source):
             return body_start, False  # Jinja2 drops a raw tag that ends the source
         end = self._endraw_re.search(self.source, body_start)
-        if end is None:
-            raise self.error("Missing end of raw directive", raw.start())
+        if end is None:  # (Jinja2's line: after the raw tag, where its lexer looks for the end)
+            raise self.error("Missing end of raw directive", body_start)
         body = self.source[body_start:end.start()]
         modifier = end.group(1)
         # Jinja2 lstrips before `{% endraw %}` as before any block tag, measuring the line start
@@ -427,9 +477,14 @@ class Scanner:
 
 def scan(source: str, *, trim_blocks: bool = False, lstrip_blocks: bool = False,
          keep_trailing_newline: bool = False, name: Optional[str] = None,
-         max_nesting: int = 128) -> Tuple[List[Segment], LineIndex, str]:
-    """Scan ``source``; returns the segments, a line index and the normalised source."""
+         max_nesting: int = 128, defer_errors: bool = False,
+         ) -> Tuple[List[Segment], LineIndex, str]:
+    """Scan ``source``; returns the segments, a line index and the normalised source.
+
+    With ``defer_errors``, a syntax error is not raised but ends the segments as an
+    :class:`ErrorSegment`."""
     normalised = normalize_source(source, keep_trailing_newline)
     scanner = Scanner(normalised, trim_blocks=trim_blocks, lstrip_blocks=lstrip_blocks,
-                      name=name, original_source=source, max_nesting=max_nesting)
+                      name=name, original_source=source, max_nesting=max_nesting,
+                      defer_errors=defer_errors)
     return scanner.scan(), scanner.lines, normalised

@@ -1,8 +1,10 @@
 """The builtin tests (``{% if value is name(args) %}``), matching Jinja2 3.1.6.
 
-Every test is a function ``is_<name>(value, *args)`` returning a bool; the comparison tests
-(``eq``, ``lt``...) are Python's ``operator`` functions and return what the operator returns,
-as in Jinja2. ``filter`` and ``test`` are marked with
+Every test is a function ``is_<name>(value, *args)`` returning a bool, which takes Jinja2's
+name for it (``test_<name>``: Python names the function when a call is wrong, "test_odd()
+takes 1 positional argument but 2 were given"); the comparison tests (``eq``, ``lt``...) are
+Python's ``operator`` functions and return what the operator returns, and ``callable`` is
+Python's, as in Jinja2. ``filter`` and ``test`` are marked with
 :func:`~minijinja_py.runtime.pass_environment` and receive the Environment first. The public
 table, with Jinja2's aliases (``==``, ``equalto``, ``lessthan``...), is :data:`TESTS`.
 """
@@ -211,7 +213,7 @@ TESTS: Dict[str, Callable[..., Any]] = {
     "number": is_number,
     "sequence": is_sequence,
     "iterable": is_iterable,
-    "callable": is_callable,
+    "callable": callable,  # Python's: a wrong call reads as in Jinja2 (is_callable does the same)
     "sameas": is_sameas,
     "escaped": is_escaped,
     "in": is_in,
@@ -231,5 +233,13 @@ TESTS: Dict[str, Callable[..., Any]] = {
     "<=": is_le,
     "le": is_le,
 }
+
+# Jinja2's names (see the module docstring). Each is also a module attribute, so that pickle,
+# which finds a function by its name, still finds them.
+for _function in TESTS.values():
+    if getattr(_function, "__module__", None) == __name__ and _function.__name__[:3] == "is_":
+        _function.__name__ = _function.__qualname__ = "test_" + _function.__name__[3:]
+        globals()[_function.__name__] = _function
+del _function
 
 __all__ = ["TESTS"]

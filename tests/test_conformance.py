@@ -3,7 +3,8 @@
 Cases live in conformance/cases/<topic>.json; the expected results were
 produced by conformance/regenerate.py (Jinja2 3.1.6, configured like Hugging
 Face transformers).  One test per case, id "<topic>/<name>".  Jinja2 is not
-imported here.
+imported here.  A case where Jinja2 fails must fail with an error of the matching
+family and Jinja2's message (see conformance/README.md, "Error families").
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime
 import importlib
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,23 @@ TOPICS = caselib.load_all_cases()
 EXPECTED = caselib.load_all_expected()
 # Known, documented differences from Jinja2 (README "Differences from Jinja2"): they run and
 # must still fail (strict xfail), so a fixed deviation is noticed and removed from the list.
-DEVIATIONS = json.loads((ROOT / "conformance" / "deviations.json").read_text(encoding="utf-8"))
+# Under "message_deviations", the cases that fail like Jinja2 but with a message of their own;
+# their message must still differ, for the same reason.
+_DEVIATIONS_FILE = json.loads((ROOT / "conformance" / "deviations.json").read_text(encoding="utf-8"))
+MESSAGE_DEVIATIONS = _DEVIATIONS_FILE.get("message_deviations", {})
+DEVIATIONS = {case: reason for case, reason in _DEVIATIONS_FILE.items()
+              if case != "message_deviations"}
+# Python's SyntaxError (Jinja2 compiling its generated code) ends with a location of Jinja2's
+# generated module: "'break' outside loop (<template>, line 25)". The message is what precedes.
+_PYTHON_LOCATION_RE = re.compile(r" \(<template>, line \d+\)$")
+
+
+def jinja2_message(error: dict) -> str:
+    """The message an engine error must carry for this recorded Jinja2 error."""
+    message = error["message"]
+    if error["class"] == "SyntaxError":
+        message = _PYTHON_LOCATION_RE.sub("", message)
+    return message
 
 
 def _param(topic, case):
@@ -45,6 +63,12 @@ PARAMS = [_param(topic, case) for topic, cases in TOPICS.items() for case in cas
 def test_deviations_name_real_cases():
     known = {f"{topic}/{case['name']}" for topic, cases in TOPICS.items() for case in cases}
     assert set(DEVIATIONS) <= known
+    assert set(MESSAGE_DEVIATIONS) <= known
+    errors = {f"{topic}/{name}" for topic, expected in EXPECTED.items()
+              for name, result in expected.items() if "error" in result}
+    assert set(MESSAGE_DEVIATIONS) <= errors, "message deviations are for error cases only"
+    assert not set(MESSAGE_DEVIATIONS) & set(DEVIATIONS), "a case is listed at one level only"
+    assert all(isinstance(reason, str) and reason for reason in MESSAGE_DEVIATIONS.values())
 
 
 def test_expectations_in_sync():
@@ -111,6 +135,16 @@ def test_case(topic, case):
             # raise_exception(message): the message must be passed through exactly.
             assert exc.message == error["message"]
             assert str(exc) == error["message"]
+        case_id = f"{topic}/{case['name']}"
+        wanted = jinja2_message(error)
+        if case_id in MESSAGE_DEVIATIONS:
+            assert exc.message != wanted, (
+                f"the message now equals Jinja2's ({wanted!r}): remove {case_id} from "
+                "message_deviations in conformance/deviations.json")
+        else:
+            assert exc.message == wanted, (
+                f"Jinja2 raised {error['class']}: {wanted!r}; engine raised "
+                f"{type(exc).__name__}: {exc.message!r}")
     else:
         pytest.fail(
             f"expected mj.{family_name} (Jinja2: {error['class']}: {error['message']!r}), "

@@ -23,7 +23,7 @@ def render(source: str, **context: object) -> str:
     ("a\n\n  {% frobnicate %}", 3, 6, "unknown tag 'frobnicate'"),
     ("{# never closed", 1, 1, "Missing end of comment tag"),
     ("{{ x | nosuchfilter }}", 1, 6, "No filter named 'nosuchfilter'"),
-    ("{{ }}", 1, 1, "Expected an expression"),
+    ("{{ }}", 1, 4, "Expected an expression"),  # at the token it got: the end of the tag
     ("{% do x %}", 1, 4, "unknown tag 'do'"),
 ])
 def test_syntax_errors_are_located(source: str, line: int, column: int, fragment: str) -> None:
