@@ -190,20 +190,31 @@ def worker_datasets(args: argparse.Namespace) -> None:
                        "assistant_masks": datasets.List(datasets.Value("int8"))}
         features = datasets.Features({"id": datasets.Value("int64"), **outputs,
                                       "error": datasets.Value("string")})
+        cpu_before = _cpu_seconds()
         started = time.perf_counter()
         mapped = ds.map(function, batched=True, batch_size=BATCH_SIZE,
                         num_proc=args.workers if args.workers > 1 else None,
                         load_from_cache_file=False, remove_columns=["messages", "tools"],
                         features=features, desc=None)
         seconds = time.perf_counter() - started
+        cpu = _cpu_seconds() - cpu_before
         pairs = []
         for batch in mapped.with_format("arrow").iter(batch_size=2_000):
             for row in batch.to_pylist():
                 pairs.append((row["id"], digest(args.mode, row)))
         write_digests(args.digests, pairs)
-        print(json.dumps({"seconds": seconds, "rows": len(mapped)}))
+        print(json.dumps({"seconds": seconds, "cpu": cpu, "rows": len(mapped)}))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and of its children that have ended (the pool's)."""
+    import resource
+
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
 class OutputsOnly:
@@ -282,8 +293,10 @@ def worker_ray(args: argparse.Namespace) -> None:
 
 
 # ---- measuring a subprocess tree ---------------------------------------------------------------
-def _children() -> Dict[int, List[int]]:
+def _processes() -> Tuple[Dict[int, List[int]], Dict[int, Tuple[int, int]]]:
+    """The process tree (parent -> children) and each process's (start time, CPU ticks)."""
     tree: Dict[int, List[int]] = {}
+    stats: Dict[int, Tuple[int, int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -292,17 +305,20 @@ def _children() -> Dict[int, List[int]]:
                 stat = handle.read()
         except OSError:
             continue
-        parent = int(stat[stat.rindex(b")") + 2:].split()[1])
-        tree.setdefault(parent, []).append(int(name))
-    return tree
+        fields = stat[stat.rindex(b")") + 2:].split()  # fields from the 3rd (state) on
+        tree.setdefault(int(fields[1]), []).append(int(name))
+        stats[int(name)] = (int(fields[19]), int(fields[11]) + int(fields[12]))
+    return tree, stats
 
 
-def _tree_pss(root: int) -> Tuple[int, int]:
+def _tree_sample(root: int) -> Tuple[int, int, Dict[Tuple[int, int], int]]:
     """(PSS, PSS not backed by files: anonymous + shared memory) of ``root`` and all its
-    descendants, in bytes. File-backed pages (mapped Arrow files, libraries) are page cache
-    the kernel can drop; Ray's object store is shared memory and counts."""
-    tree = _children()
+    descendants, in bytes, and the CPU ticks of each of them by (pid, start time).
+    File-backed pages (mapped Arrow files, libraries) are page cache the kernel can drop;
+    Ray's object store is shared memory and counts."""
+    tree, stats = _processes()
     total = resident = 0
+    cpu: Dict[Tuple[int, int], int] = {}
     stack, seen = [root], set()
     while stack:
         pid = stack.pop()
@@ -310,6 +326,8 @@ def _tree_pss(root: int) -> Tuple[int, int]:
             continue
         seen.add(pid)
         stack.extend(tree.get(pid, []))
+        if pid in stats:
+            cpu[(pid, stats[pid][0])] = stats[pid][1]
         try:
             with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as handle:
                 for line in handle:
@@ -319,23 +337,26 @@ def _tree_pss(root: int) -> Tuple[int, int]:
                         resident += int(line.split()[1]) * 1024
         except OSError:
             pass
-    return total, resident
+    return total, resident, cpu
 
 
 def run_measured(command: List[str], env: Dict[str, str]
-                 ) -> Tuple[int, str, str, float, Tuple[int, int]]:
-    """Run ``command``; return (exit code, stdout, stderr, wall seconds, peak tree PSS and
-    peak not-file-backed PSS)."""
+                 ) -> Tuple[int, str, str, float, Tuple[int, int], float]:
+    """Run ``command``; return (exit code, stdout, stderr, wall seconds, (peak tree PSS, peak
+    not-file-backed PSS), CPU seconds of the whole tree: each process's last value seen,
+    polled every 0.25 s, so a process loses at most its last quarter second)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env=env, text=True, start_new_session=True)
     peak = [0, 0]
+    ticks: Dict[Tuple[int, int], int] = {}
     done = threading.Event()
 
     def poll() -> None:
         while not done.is_set():
-            total, resident = _tree_pss(process.pid)
+            total, resident, cpu = _tree_sample(process.pid)
             peak[0], peak[1] = max(peak[0], total), max(peak[1], resident)
+            ticks.update(cpu)
             done.wait(0.25)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -348,7 +369,9 @@ def run_measured(command: List[str], env: Dict[str, str]
     finally:
         done.set()
         poller.join()
-    return process.returncode, stdout, stderr, time.perf_counter() - started, (peak[0], peak[1])
+    cpu_seconds = sum(ticks.values()) / os.sysconf("SC_CLK_TCK")
+    return (process.returncode, stdout, stderr, time.perf_counter() - started,
+            (peak[0], peak[1]), cpu_seconds)
 
 
 def _kill_group(process: "subprocess.Popen[str]") -> None:
@@ -424,7 +447,7 @@ class Bench:
         print(f"  {engine:12} {mode:6} N={workers} rows={rows:,} ...", file=sys.stderr,
               end="", flush=True)
         load_before = _load_average()
-        code, stdout, stderr, wall, (peak, resident) = run_measured(command, self.env)
+        code, stdout, stderr, wall, (peak, resident), cpu = run_measured(command, self.env)
         result: Dict[str, Any] = {"engine": engine, "mode": mode, "workers": workers,
                                   "rows": rows, "wall": wall, "peak_pss": peak,
                                   "peak_resident": resident,
@@ -433,6 +456,7 @@ class Bench:
             if code not in (0, 3):  # 3: finished, some rows failed (they must: empty chats)
                 raise RuntimeError(f"{' '.join(command)} exited {code}:\n{stderr}")
             result["seconds"] = wall  # the whole command, process start included
+            result["cpu"] = cpu
             pairs = self._cli_digests(output, mode)
             write_digests(digests, pairs)
             os.remove(output)
@@ -441,7 +465,9 @@ class Bench:
                 raise RuntimeError(f"{' '.join(command)} exited {code}:\n{stderr[-4000:]}")
             reported = json.loads(stdout.strip().splitlines()[-1])
             result["seconds"] = reported["seconds"]
+            result["cpu"] = reported.get("cpu")  # None for Ray: its own processes run too
         result["rows_per_s"] = rows / result["seconds"]
+        result["rows_per_cpu_s"] = rows / result["cpu"] if result["cpu"] else None
         with open(digests, encoding="utf-8") as handle:
             found = {row_id: value for row_id, value in json.load(handle)}
         os.remove(digests)
@@ -486,8 +512,9 @@ class Bench:
 
 def _table(results: List[Dict[str, Any]], cores: int) -> str:
     lines = ["| mode | engine | N | rows | s | rows/s | vs transformers | scaling 1→N | "
-             "peak PSS (not file-backed) | load | same as transformers |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "rows/CPU-s | vs transformers (CPU) | peak PSS (not file-backed) | load | "
+             "same as transformers |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     by_key = {(r["engine"], r["mode"], r["workers"], r["rows"]): r for r in results}
     for r in results:
         base = by_key.get(("transformers", r["mode"], cores, r["rows"]))
@@ -496,11 +523,16 @@ def _table(results: List[Dict[str, Any]], cores: int) -> str:
         one = by_key.get((r["engine"], r["mode"], 1, r["rows"]))
         scaling = f"{r['rows_per_s'] / one['rows_per_s']:.2f}x" if one and r["workers"] > 1 \
             else ""
+        per_cpu = f"{r['rows_per_cpu_s']:,.0f}" if r.get("rows_per_cpu_s") else "n/a"
+        cpu_ratio = f"{r['rows_per_cpu_s'] / base['rows_per_cpu_s']:.2f}x" if base and \
+            r["engine"] != "transformers" and r.get("rows_per_cpu_s") and \
+            base.get("rows_per_cpu_s") else ""
         same = "reference" if r["engine"] == "transformers" else (
             "yes" if r["mismatches"] == 0 else f"**{r['mismatches']} differ**"
             if r["mismatches"] != "n/a" else "n/a")
         lines.append(f"| {r['mode']} | {r['engine']} | {r['workers']} | {r['rows']:,} | "
                      f"{r['seconds']:.1f} | {r['rows_per_s']:,.0f} | {ratio} | {scaling} | "
+                     f"{per_cpu} | {cpu_ratio} | "
                      f"{r['peak_pss'] / 2**20:,.0f} ({r['peak_resident'] / 2**20:,.0f}) MiB | "
                      f"{r['load']:.1f} | {same} |")
     return "\n".join(lines)
@@ -623,7 +655,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{platform.platform()}, {cores} cores, Python {platform.python_version()}, "
           f"transformers {transformers_version or 'not run'}, batch size {BATCH_SIZE}, "
           f"TOKENIZERS_PARALLELISM=false. rows/s = rows / seconds of the timed part "
-          f"(datasets.map and Ray: the map and the write; CLI: the whole command).\n")
+          f"(datasets.map and Ray: the map and the write; CLI: the whole command); "
+          f"rows/CPU-s = rows / CPU seconds (user + system) of the same part, all processes "
+          f"(n/a for Ray, whose own processes run alongside): less sensitive than "
+          f"wall time to other work on the machine (the load column: 1-minute load "
+          f"average).\n")
     print(_table([r for r in bench.results if r["rows"] == args.rows], cores))
     if cores > 1 and args.scaling_rows != args.rows:
         print(f"\nScaling, {args.scaling_rows:,} rows:\n")
@@ -642,6 +678,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             ratio = main_rows[(engine, cores)]["rows_per_s"] / base["rows_per_s"]
             print(f"- tokens+masks, {engine}, {cores} processes: {ratio:.2f}x transformers' "
                   f"rows/s (target >= 3): {'met' if ratio >= 3 else '**NOT met**'}")
+            mine = main_rows[(engine, cores)].get("rows_per_cpu_s")
+            if mine and base.get("rows_per_cpu_s"):
+                print(f"  (per CPU second: {mine / base['rows_per_cpu_s']:.2f}x)")
         if (engine, 1) in scaling_rows and (engine, cores) in scaling_rows and cores > 1:
             scaling = scaling_rows[(engine, cores)]["rows_per_s"] \
                 / scaling_rows[(engine, 1)]["rows_per_s"]

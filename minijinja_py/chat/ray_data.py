@@ -27,7 +27,7 @@ import collections.abc
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["ChatTemplateBatches", "render_dataset", "plain_python", "RayNotInstalledError",
-           "RAY_INSTALL_HINT", "DEFAULT_BATCH_SIZE", "OUTPUT_TYPES"]
+           "RAY_INSTALL_HINT", "DEFAULT_BATCH_SIZE", "DEFAULT_ROWS_PER_BLOCK", "OUTPUT_TYPES"]
 
 RAY_INSTALL_HINT = 'pip install "minijinja_py[ray]"'
 
@@ -35,6 +35,11 @@ RAY_INSTALL_HINT = 'pip install "minijinja_py[ray]"'
 #: (Arrow conversions, one tokenizer call) is small next to rendering, small enough that a
 #: batch of long conversations stays well inside an actor's memory.
 DEFAULT_BATCH_SIZE = 256
+
+#: Rows per block :func:`render_dataset` splits the dataset into before rendering. Ray gives
+#: an actor one block per task, and a reader makes one block of a whole Parquet file (up to
+#: 128 MiB): without the split, one file keeps one actor busy and the others idle.
+DEFAULT_ROWS_PER_BLOCK = 2048
 
 #: Arrow type of each output column, by name (spelled out: pyarrow is imported only when a
 #: batch arrives). Fixed so that a batch in which every row failed (all nulls) has the same
@@ -226,6 +231,7 @@ class ChatTemplateBatches:
 def render_dataset(ds: Any, template: Any, *,
                    concurrency: Union[None, int, Tuple[int, int]] = None,
                    batch_size: Optional[int] = DEFAULT_BATCH_SIZE,
+                   rows_per_block: Optional[int] = DEFAULT_ROWS_PER_BLOCK,
                    num_cpus: Optional[float] = None,
                    map_batches_kwargs: Optional[Mapping[str, Any]] = None,
                    **options: Any) -> Any:
@@ -236,6 +242,11 @@ def render_dataset(ds: Any, template: Any, *,
     number of actors (each compiles the template once): an int for a fixed pool, a
     ``(min, max)`` pair for an autoscaling one, ``None`` for Ray's default (from one actor up
     to what the cluster has free).
+
+    ``rows_per_block``: the dataset is first cut into blocks of this many rows
+    (``Dataset.repartition(target_num_rows_per_block=...)``, streaming, no shuffle), so that
+    every actor gets work however the input is laid out (a reader makes one block of a whole
+    Parquet file); ``None`` keeps the blocks as they come.
 
     ``num_cpus`` is what each actor reserves. By default 1, except that a pool that would
     reserve every CPU of the running cluster gets a share of all CPUs but one: Ray Data's read
@@ -265,6 +276,8 @@ def render_dataset(ds: Any, template: Any, *,
                               "fn_constructor_args": (template,),
                               "fn_constructor_kwargs": dict(options)}
     kwargs.update(map_batches_kwargs or {})
+    if rows_per_block is not None:
+        ds = ds.repartition(target_num_rows_per_block=rows_per_block)
     return ds.map_batches(ChatTemplateBatches, **kwargs)
 
 
