@@ -20,11 +20,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, List
 
+from .budget import CHARS_SHIFT
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING
+from .tests import TYPE_TESTS
 
 #: A loop body is compiled to Python once it has run this many times (over all renders).
 HOT_ITERATIONS = 40
+#: A template's own body, a macro's or a block's, once it has run this many times.
+HOT_CALLS = 8
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
 #: functions costs more than it saves.
 MAX_LINES = 400
@@ -93,11 +97,12 @@ class _Writer:
         self.hoisting = False
         self.hoisted: Dict[str, tuple] = {}
         # Inside a generated loop (generate_loop), signals act on that loop directly.
+        self.in_loop = False
         self.loop_refund = ""  # steps given back per item left when the loop breaks
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
-        if not self.loop_refund:
+        if not self.in_loop:
             self.line(depth, f"return {signal}")
             return
         if signal in ("'break'", "'continue'"):
@@ -108,6 +113,9 @@ class _Writer:
         self._loop_signal(depth, "'continue'")
 
     def _loop_signal(self, depth: int, signal: str) -> None:
+        if not self.loop_refund:  # each iteration is charged as it starts: nothing to give back
+            self.line(depth, "break" if signal == "'break'" else "continue")
+            return
         if signal == "'break'":
             self.line(depth, f"ctx.steps -= _length_hint(remaining) * {self.loop_refund}")
             self.line(depth, "break")
@@ -154,6 +162,14 @@ def _expr(w: _Writer, closure: Any) -> str:
         return w.ref(spec[1]) if not isinstance(spec[1], (bool, type(None))) else repr(spec[1])
     if kind == "local":
         return w.local(spec[1])[0]
+    if kind == "name":
+        # a name of an enclosing scope: this scope and its parent probed inline (loop
+        # bodies read the template's variables there), the closure's walk beyond
+        value = w.temporary()
+        name = w.ref(spec[1])
+        return (f"({value} if ({value} := vars.get({name}, _M)) is not _M or "
+                f"({value} := parent_vars.get({name}, _M)) is not _M else "
+                f"{w.ref(closure)}(scope))")
     if kind == "lookup":
         # obj = <operand>; a dict hit is the value, anything else the closure's slow path
         _, operand, key, slow = spec
@@ -165,6 +181,37 @@ def _expr(w: _Writer, closure: Any) -> str:
         obj = w.temporary()
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
                 f"else {w.ref(slow)}({obj}, scope))")
+    if kind == "direct_attribute":
+        # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
+        _, loader, name, direct_type, other = spec
+        obj, _ = w.local(loader.spec[1])
+        if not w.hoisting:
+            obj = w.temporary()
+            return (f"({obj}.{name} if type({obj} := {w.local(loader.spec[1])[0]}) is "
+                    f"{w.ref(direct_type)} else {w.ref(other)}({obj}, scope))")
+        return (f"({obj}.{name} if type({obj}) is {w.ref(direct_type)} else "
+                f"{w.ref(other)}({obj}, scope))")
+    if kind == "int_op" or kind == "int_compare":
+        return _int_operation(w, spec)
+    if kind == "add":
+        return _add_chain(w, closure, spec)
+    if kind == "call":
+        # callee, then the arguments left to right, then the sandbox's call (closure's own)
+        _, callee, (_, positional, keywords), invoke = spec
+        args = ", ".join(_expr(w, argument) for argument in positional)
+        kwargs = ", ".join(f"{name!r}: {_expr(w, value)}" for name, value in keywords)
+        return f"{w.ref(invoke)}({_expr(w, callee)}, [{args}], {{{kwargs}}})"
+    if kind == "concat":
+        return _concat(w, spec)
+    if kind == "test":
+        _, operand, function, negated = spec
+        if function not in TYPE_TESTS:
+            return f"{w.ref(closure)}(scope)"
+        call = f"{w.ref(function)}({_expr(w, operand)})"
+        return f"(not {call})" if negated else call
+    if kind == "filter":
+        _, operand, apply = spec
+        return f"{w.ref(apply)}(scope, {_expr(w, operand)})"
     if kind == "eq_str":
         _, operand, constant, negate = spec
         return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"
@@ -201,6 +248,123 @@ def _expr(w: _Writer, closure: Any) -> str:
         return (f"({value} if ({value} := {_expr(w, operand)}) is True or {value} is False "
                 f"else _truthy({value}, {w.ref(node)}))")
     return f"{w.ref(closure)}(scope)"
+
+
+#: Sums with more operands than this that are not constants stay a closure call (each one
+#: nests a conditional expression).
+MAX_SUM_OPERANDS = 12
+
+
+def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
+    """``a + b + c``: each operand is evaluated in turn and, while all are str, the sum is
+    Python's own concatenation; the first operand that is not a str hands the values so far
+    to the closure's ``add_evaluated`` (Python's `+` link by link, with its limits). The
+    strings built are charged as ``add_slowly`` charges them: every intermediate sum's
+    length, ``len(a + b) + len(a + b + c) + ...``."""
+    _, operands, add_evaluated, charge_built = spec
+    if any(constant is not MISSING and type(constant) is not str for constant, _ in operands) \
+            or sum(constant is MISSING for constant, _ in operands) > MAX_SUM_OPERANDS:
+        return f"{w.ref(closure)}(scope)"
+    count = len(operands)
+    if count == 2:
+        return _add_two(w, operands, add_evaluated, charge_built)
+    values: List[str] = []
+    tests: List[str] = []  # (position, condition) of each evaluated operand, in order
+    fixed_built = 0
+    built_terms: List[str] = []
+    for position, (constant, operand) in enumerate(operands):
+        weight = count - max(position, 1)  # how many intermediate sums hold this operand
+        if constant is not MISSING:
+            values.append(w.ref(constant))
+            fixed_built += weight * len(constant)
+            continue
+        value = w.temporary()
+        values.append(value)
+        tests.append((position, f"type({value} := {_expr(w, operand)}) is str"))
+        built_terms.append(f"{weight} * len({value})" if weight != 1 else f"len({value})")
+    total, built = w.temporary(), w.temporary()
+    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
+    built_sum = " + ".join(([str(fixed_built)] if fixed_built else []) + built_terms) or "0"
+    evaluated = f"{w.ref(add_evaluated)}(({', '.join(values)},), scope)"
+    code = (f"({total} if len({total} := {' + '.join(values)}) < 1000000 and "
+            f"(({built} := {built_sum}) < _CHARGED_FROM or "
+            f"{w.ref(charge_built)}(scope, {built})) else {evaluated})")
+    for position, test in reversed(tests):
+        so_far = f"{w.ref(add_evaluated)}(({', '.join(values[:position + 1])},), scope)"
+        code = f"({code} if {test} else {so_far})"
+    return code
+
+
+def _concat(w: _Writer, spec: tuple) -> str:
+    """``a ~ b ~ c``: each part evaluated and made text in turn (``text_of`` for anything but
+    a str), the total length charged (and size-checked) before the string is built, as the
+    closure does."""
+    _, parts, text_of, charge_joined = spec
+    pieces = []
+    lengths = []
+    for part in parts:
+        piece, value = w.temporary(), w.temporary()
+        lengths.append(f"len({piece} := ({value} if type({value} := {_expr(w, part)}) is str "
+                       f"else {w.ref(text_of)}({value})))")
+        pieces.append(piece)
+    total = w.temporary()
+    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
+    return (f"({' + '.join(pieces)} if ({total} := {' + '.join(lengths)}) < _CHARGED_FROM or "
+            f"{w.ref(charge_joined)}(scope, {total}) else '')")
+
+
+def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) -> str:
+    """``a + b`` (both operands are always evaluated, left first): two ints or two strs
+    inline, anything else (and results past the limits) through ``add_evaluated``."""
+    a, b, result = w.temporary(), w.temporary(), w.temporary()
+    (left_constant, left), (right_constant, right) = operands
+    left_code = w.ref(left_constant) if left_constant is not MISSING else _expr(w, left)
+    right_code = w.ref(right_constant) if right_constant is not MISSING else _expr(w, right)
+    w.names["_BIG"] = 1 << 1000
+    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
+    return (f"({result} if (type({a} := {left_code}) is int) & "
+            f"(type({b} := {right_code}) is int) and -_BIG < ({result} := {a} + {b}) < _BIG "
+            f"else {result} if type({a}) is str and type({b}) is str and "
+            f"len({result} := {a} + {b}) < 1000000 and (len({result}) < _CHARGED_FROM or "
+            f"{w.ref(charge_built)}(scope, len({result}))) "
+            f"else {w.ref(add_evaluated)}(({a}, {b}), scope))")
+
+
+#: Python's operators for the template's, where two ints give the same result either way.
+_INT_OPERATORS = {"-": "-", "%": "%", "//": "//", "==": "==", "!=": "!=", "<": "<",
+                  "<=": "<=", ">": ">", ">=": ">="}
+
+
+_ORDERABLE = frozenset({int, float, bool})
+_EQUATABLE = frozenset({int, float, bool, type(None)})
+
+
+def _int_operation(w: _Writer, spec: tuple) -> str:
+    """``a - b``, ``a % b``, ``a < b``...: both operands are evaluated (left first), and two
+    ints are combined inline; anything else goes to the closure's own ``apply(a, b, scope)``
+    (limits, pricing, errors). An arithmetic result is range-checked as arith.apply checks it
+    (past 1000 bits the slow path computes it again and measures it), and a zero divisor
+    always takes the slow path, which raises the located error."""
+    kind, left, right, op, apply = spec
+    python_op = _INT_OPERATORS.get(op)
+    if python_op is None:  # pragma: no cover - the compiler attaches specs for these only
+        raise ValueError(op)
+    a, b = w.temporary(), w.temporary()
+    slow = f"{w.ref(apply)}({a}, {b}, scope)"
+    if kind == "int_compare":
+        # numbers, booleans (and None for equality) compare free of charge and never raise
+        free = "_EQUATABLE" if op in ("==", "!=") else "_ORDERABLE"
+        w.names[free] = _EQUATABLE if op in ("==", "!=") else _ORDERABLE
+        both_free = (f"(type({a} := {_expr(w, left)}) in {free}) & "
+                     f"(type({b} := {_expr(w, right)}) in {free})")
+        return f"({a} {python_op} {b} if {both_free} else {slow})"
+    both_ints = (f"(type({a} := {_expr(w, left)}) is int) & "
+                 f"(type({b} := {_expr(w, right)}) is int)")
+    w.names["_BIG"] = 1 << 1000
+    result = w.temporary()
+    nonzero = f"{b} and " if op in ("%", "//") else ""
+    return (f"({result} if {both_ints} and {nonzero}"
+            f"-_BIG < ({result} := {a} {python_op} {b}) < _BIG else {slow})")
 
 
 def _condition(w: _Writer, closure: Any, node: Any) -> str:
@@ -271,6 +435,13 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         return
     if kind == "sum_print":
         _sum_print(w, spec, depth)
+        return
+    if kind == "set":
+        _, name, value, node = spec
+        w.line(depth, "try:")
+        w.line(depth + 1, f"vars[{name!r}] = {_expr(w, value)}")
+        w.line(depth, "except Exception as exc:")
+        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         return
     if kind == "if":
         _, branches, else_, node = spec
@@ -374,14 +545,48 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
 
     w = _Writer()
     w.names["_length_hint"] = length_hint
+    w.in_loop = True
     w.loop_refund = str(int(iteration_cost))
+    return _loop_function(w, body, target, uses_loop, [])
+
+
+def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: bool,
+                           iteration_cost: int, fresh: Any) -> Any:
+    """The loop of a ``for`` with one target name and no ``else`` whose body may assign
+    variables, with its body inlined, or None. Called as ``f(inner, out, items, loop)`` with
+    ``inner`` the iteration scope it reuses (cleared each time, as the closures' loop does);
+    each iteration is charged ``iteration_cost`` steps as it starts. Returns None, or True
+    when the step or output limit was passed before an iteration (the caller raises the
+    limit's error at the loop). ``fresh(ctx)``, when given, is the iteration's starting
+    variables (names the body reads before it assigns them: undefined)."""
+    if getattr(body, "spec", None) is None:
+        return None
+    w = _Writer()
+    w.in_loop = True
+    prelude = [f"ctx.steps += {int(iteration_cost)}",
+               "if ctx.steps > ctx.max_steps or ctx.output_size > max_output:",
+               "    return True",
+               "vars.clear()"]
+    if fresh is not None:
+        w.names["_fresh_variables"] = fresh
+        prelude.append("vars.update(_fresh_variables(ctx))")
+    if uses_loop:
+        prelude.append("vars['loop'] = loop")
+    return _loop_function(w, body, target, uses_loop, prelude)
+
+
+def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop: bool,
+                   prelude: List[str]) -> Any:
     w.hoisting = not _may_rebind(body)
     _statement(w, body, 2)
     lines = w.lines
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
+               "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
                "    max_output = ctx.max_output",
                "    remaining = iter(items)", "    for item in remaining:"]
+    for line in prelude:
+        w.line(2, line)
     if uses_loop:
         w.line(2, "loop.index0 += 1")
     w.line(2, f"vars[{target!r}] = item")
@@ -389,8 +594,9 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
         w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
         w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)
-    w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
-    w.line(3, "return remaining")
+    if w.loop_refund:
+        w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
+        w.line(3, "return remaining")
     w.line(1, "return None")
     return _compiled(w, "generated_loop")
 
@@ -405,6 +611,7 @@ def generate(body: Callable[..., Any]) -> Callable[..., Any]:
     w.hoisting = not _may_rebind(body)
     _statement(w, body, 1)
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
+                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                 "    append = out.append"]
     for name, (value, is_dict) in w.hoisted.items():
         prologue.append(f"    {value} = vars[{name!r}]")

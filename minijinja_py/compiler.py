@@ -28,7 +28,8 @@ from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateErr
                          TemplateRuntimeError, TemplateSyntaxError, TemplateTypeError,
                          wrap_python_error)
 from .arith import apply as arith_apply
-from .codegen import HOT_ITERATIONS, generate as generate_body, generate_loop
+from .codegen import (HOT_CALLS, HOT_ITERATIONS, generate as generate_body,
+                      generate_charging_loop, generate_loop)
 from .constfold import FOLDED_KINDS, fold_printed, has_safe_repr, nodes_over_slices
 from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
@@ -38,6 +39,7 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
                      check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
+from .sandbox import DIRECT_ATTRIBUTES
 from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
                       unsafe_undefined, wants_environment)
 
@@ -187,6 +189,9 @@ def to_output(value: Any) -> str:
 _SCANNING_TESTS = frozenset({"lower", "upper", "odd", "even", "escaped"})
 #: Operand types a comparison never needs to price (scalars: constant time).
 _FREE_TO_COMPARE = frozenset({int, float, bool, type(None)})
+#: Operators whose result codegen.py computes inline for two ints (``-``, ``%``, ``//``: no
+#: size check needed before; the result is range-checked as arith.apply does).
+_INT_FAST_OPS = frozenset({"-", "%", "//"})
 
 _COMPARE: Dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -262,7 +267,31 @@ class Compiler:
         self.facts = _subtree_facts(template)
         self.over_slices = nodes_over_slices(template)
         root, fresh = self.frame(template.body)
-        return root, fresh, dict(self.blocks)
+        return self.hot_switching(root), fresh, dict(self.blocks)
+
+    def hot_switching(self, body: Stmt) -> Stmt:
+        """``body`` (of the template, a macro, a block: any frame but a loop's, which
+        loops generate themselves), switching to its generated Python
+        (codegen.generate) once it has run :data:`HOT_CALLS` times: a template rendered
+        again and again, a macro called for every tool, runs as one function; a cold start
+        does not pay for ``compile()``."""
+        if not self.generates_code or getattr(body, "spec", None) is None:
+            return body
+        hot_after = HOT_CALLS
+        state: List[Any] = [0, None]  # runs so far, the generated function
+
+        def run_hot(scope: Scope, out: list) -> Any:
+            generated = state[1]
+            if generated is not None:
+                return generated(scope, out)
+            state[0] += 1
+            if state[0] >= hot_after:
+                state[1] = generated = generate_body(body)
+                return generated(scope, out)
+            return body(scope, out)
+
+        run_hot.spec = body.spec  # type: ignore[attr-defined]  # still inlined where nested
+        return run_hot
 
     def body_facts(self, statements: List[n.Node]) -> int:
         """What a body holds anywhere inside it (_MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS)."""
@@ -570,6 +599,17 @@ class Compiler:
                 generated_loop.append(generate_loop(body, simple_name, uses_loop,
                                                     iteration_cost))
             return generated_loop[0]
+
+        # A loop whose body assigns (or reads names before assigning them), one target name
+        # and no `else`: generated too, charging each iteration as it starts, like `run`.
+        charging_loop_fits = reuse_scope and simple_name is not None and else_ is None
+        fresh_variables = (lambda ctx: _fresh(fresh, ctx)) if fresh else None
+
+        def hot_charging_loop() -> Any:
+            if not generated_loop:
+                generated_loop.append(generate_charging_loop(
+                    body, simple_name, uses_loop, iteration_cost, fresh_variables))
+            return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
@@ -614,7 +654,17 @@ class Compiler:
                 return run_simple(scope, out, items, loop, ctx)
             completed = False  # Jinja2 runs `else` unless some iteration reached its end
             shared = Scope({}, scope, ctx) if reuse_scope else None
-            run_body = hot_body() if is_hot(len(items)) else body
+            hot = is_hot(len(items))
+            if hot and charging_loop_fits:
+                looped = hot_charging_loop()
+                if looped is not None:
+                    if looped(shared, out, items, loop) is not None:
+                        try:
+                            ctx.step(0)
+                        except TemplateError as exc:
+                            raise _locate(exc, node) from None
+                    return None
+            run_body = hot_body() if hot else body
             for item in items:
                 ctx.steps += iteration_cost
                 if ctx.steps > ctx.max_steps or ctx.output_size > ctx.max_output:
@@ -770,12 +820,17 @@ class Compiler:
         def assign_stmt(scope: Scope, out: list) -> None:
             assign(scope, value(scope))
 
+        if isinstance(node.target, n.NameTarget):  # see codegen.py
+            assign_stmt.spec = ("set", node.target.name, value,  # type: ignore[attr-defined]
+                                node)
+
         # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
         assign_stmt.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
         return assign_stmt
 
     def s_assign_block(self, node: n.Node) -> Stmt:
         body, fresh = self.frame(node.body)
+        body = self.hot_switching(body)
         assign = self.assigner(node.target)
         apply_filter = self.filter_chain(node.filter) if node.filter is not None else None
 
@@ -798,6 +853,7 @@ class Compiler:
 
     def s_filter_block(self, node: n.Node) -> Stmt:
         body, fresh = self.frame(node.body)
+        body = self.hot_switching(body)
         apply_filter = self.filter_chain(node.filter)
         printer = self.printer
 
@@ -863,15 +919,24 @@ class Compiler:
         default_nodes = tuple(d for _, d in params if d is not None)
         call_cost = CALL_STEPS + body_cost(body_nodes)
         body, fresh = self.frame(body_nodes, arg_names + specials, extra=default_nodes)
+        body = self.hot_switching(body)
         compiled_defaults = iter(self.compiled_extra)
         defaults = [(p, next(compiled_defaults) if d is not None else None) for p, d in params]
+
+        # The common call binds every parameter by position and nothing else: no keywords,
+        # no defaults to evaluate, no caller, kwargs or varargs to collect.
+        plain_parameters = not specials and not explicit_caller
 
         def make(defining_scope: Scope) -> Macro:
             ctx = defining_scope.ctx
 
             def invoke(args: tuple, kwargs: dict) -> str:
+                if plain_parameters and not kwargs and len(args) == count:
+                    local: Dict[str, Any] = _fresh(fresh, ctx) if fresh else {}
+                    local.update(zip(arg_names, args))
+                    return run(Scope(local, defining_scope, ctx))
                 kwargs = dict(kwargs)
-                local: Dict[str, Any] = _fresh(fresh, ctx)
+                local = _fresh(fresh, ctx)
                 scope = Scope(local, defining_scope, ctx)
                 found_caller = explicit_caller
                 for index, (param, default) in enumerate(defaults):
@@ -905,6 +970,10 @@ class Compiler:
                 elif len(args) > count:
                     raise TypeError(
                         f"macro {shown_name!r} takes not more than {count} argument(s)")
+                return run(scope)
+
+            def run(scope: Scope) -> str:
+                """The macro's body in its bound scope: charged, depth-checked, captured."""
                 ctx.step(call_cost)
                 ctx.enter()
                 try:
@@ -952,6 +1021,7 @@ class Compiler:
         assigns = [self.assigner(t) for t in node.targets]
         declared = tuple(t.name for target in node.targets for t in _target_names(target))
         body, fresh = self.frame(node.body, declared)
+        body = self.hot_switching(body)
 
         def with_stmt(scope: Scope, out: list) -> Any:
             inner = Scope(_fresh(fresh, scope.ctx), scope, scope.ctx)
@@ -1029,6 +1099,7 @@ class Compiler:
     def s_generation(self, node: n.Node) -> Stmt:
         # transformers implements the tag as a call block: its body is a frame of its own.
         body, fresh = self.frame(node.body)
+        body = self.hot_switching(body)
 
         def generation(scope: Scope, out: list) -> Any:
             buffer: list = []
@@ -1083,6 +1154,7 @@ class Compiler:
                 current = current.parent
             return scope.ctx.undefined(name=name)
 
+        load.spec = ("name", name)  # type: ignore[attr-defined]  # see codegen.py
         return load
 
     def e_tuple(self, node: n.Node) -> Expr:
@@ -1168,6 +1240,11 @@ class Compiler:
         sandbox = self.sandbox
 
         if self.is_local(variable):
+            direct_type = next((kind for kind, names in DIRECT_ATTRIBUTES.items()
+                                if name in names), None)
+            if direct_type is not None:
+                return self.direct_attribute_of_local(node, direct_type)
+
             def get_attribute_of_local(scope: Scope) -> Any:
                 obj = scope.vars[variable]
                 if type(obj) is dict:
@@ -1204,7 +1281,37 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        get_attribute_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
+            "lookup", self.e_name(node.node), name, _slow_lookup(sandbox.getattr, name, node))
         return get_attribute_of_name
+
+    def direct_attribute_of_local(self, node: n.Node, direct_type: type) -> Expr:
+        """``loop.index0``: an attribute the sandbox answers directly for ``direct_type``
+        (sandbox.DIRECT_ATTRIBUTES) is read after one type check. It costs what a dict hit
+        costs: nothing beyond the node's static price (no SLOW_LOOKUP_STEPS), since no
+        sandbox walk happens; any other object takes the sandbox path and its charge."""
+        variable = node.node.name
+        name = node.attr
+        read = operator.attrgetter(name)
+        slow = _slow_lookup(self.sandbox.getattr, name, node)
+
+        def other_object(obj: Any, scope: Scope) -> Any:
+            """What getattr_of_name does for anything else: a dict hit, or the sandbox."""
+            if type(obj) is dict:
+                value = obj.get(name, MISSING)
+                if value is not MISSING:
+                    return value
+            return slow(obj, scope)
+
+        def get_direct_attribute(scope: Scope) -> Any:
+            obj = scope.vars[variable]
+            if type(obj) is direct_type:
+                return read(obj)
+            return other_object(obj, scope)
+
+        get_direct_attribute.spec = (  # type: ignore[attr-defined]
+            "direct_attribute", _local_loader(variable), name, direct_type, other_object)
+        return get_direct_attribute
 
     def getitem_of_name(self, node: n.Node) -> Expr:
         """``var['key']`` / ``var[0]`` with a constant key: one closure, no inner calls."""
@@ -1254,6 +1361,10 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        if type(key) is str:  # (a list never holds a str key: the slow path's charge holds)
+            get_item_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
+                "lookup", self.e_name(node.node), key,
+                _slow_lookup(sandbox.getitem, key, node))
         return get_item_of_name
 
     def e_getitem(self, node: n.Node) -> Expr:
@@ -1352,6 +1463,8 @@ class Compiler:
                     raise _locate(exc, node.dyn_kwargs) from exc
             return positional, keywords
 
+        if not dynamic:  # see codegen.py: the arguments written out in the call
+            evaluate.spec = ("arguments", args, kwargs)  # type: ignore[attr-defined]
         return evaluate, dynamic
 
     def e_call(self, node: n.Node) -> Expr:
@@ -1361,14 +1474,19 @@ class Compiler:
             return self.method_call(node, args)
         callee = self.expr(node.node)
 
-        def call(scope: Scope) -> Any:
-            function = callee(scope)
-            positional, keywords = args(scope)
+        def invoke(function: Any, positional: list, keywords: dict) -> Any:
             try:
                 return sandbox.call(function, positional, keywords)
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        def call(scope: Scope) -> Any:
+            function = callee(scope)
+            positional, keywords = args(scope)
+            return invoke(function, positional, keywords)
+
+        if getattr(args, "spec", None) is not None:  # see codegen.py
+            call.spec = ("call", callee, args.spec, invoke)  # type: ignore[attr-defined]
         return call
 
     def method_call(self, node: n.Node, args: Callable[[Scope], Tuple[list, dict]]) -> Expr:
@@ -1440,13 +1558,15 @@ class Compiler:
 
         if not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs) and \
                 function is not None:
+            compares_items = _COMPARING_FILTERS.get(name)
+
             def apply_without_arguments(scope: Scope, value: Any) -> Any:
                 if input_cost is not None:
                     cost = input_cost(value)
                     if cost:
                         _charge(scope, cost, node)
                 try:
-                    if _COMPARING_FILTERS.get(name):
+                    if compares_items:
                         _check_compared(value, ())
                     result = function(env, value) if pass_env else function(value)
                 except Exception as exc:
@@ -1487,7 +1607,12 @@ class Compiler:
     def e_filter(self, node: n.Node) -> Expr:
         operand = self.expr(node.node)
         apply = self.filter_call(node)
-        return lambda scope: apply(scope, operand(scope))
+
+        def filtered(scope: Scope) -> Any:
+            return apply(scope, operand(scope))
+
+        filtered.spec = ("filter", operand, apply)  # type: ignore[attr-defined]
+        return filtered
 
     def e_test(self, node: n.Node) -> Expr:
         operand = self.expr(node.node)
@@ -1512,6 +1637,9 @@ class Compiler:
                     raise _locate(exc, node) from exc
                 return (not result) if negated else bool(result)
 
+            if not scans:  # see codegen.py: TYPE_TESTS are called inline
+                test_without_arguments.spec = (  # type: ignore[attr-defined]
+                    "test", operand, function, negated)
             return test_without_arguments
 
         def test(scope: Scope) -> bool:
@@ -1557,9 +1685,7 @@ class Compiler:
         left = self.expr(node.left)
         right = self.expr(node.right)
 
-        def binop(scope: Scope) -> Any:
-            a = left(scope)
-            b = right(scope)
+        def apply(a: Any, b: Any, scope: Scope) -> Any:
             try:
                 return arith_apply(op, a, b)
             except TemplateError as exc:
@@ -1568,6 +1694,11 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        def binop(scope: Scope) -> Any:
+            return apply(left(scope), right(scope), scope)
+
+        if op in _INT_FAST_OPS:  # see codegen.py: int operands computed inline
+            binop.spec = ("int_op", left, right, op, apply)  # type: ignore[attr-defined]
         return binop
 
     def local_lookup(self, node: n.Node) -> Tuple[Optional[str], Any]:
@@ -1601,11 +1732,17 @@ class Compiler:
         steps = [(_constant(link.right), self.expr(link.right), link) + self.local_lookup(link.right)
                  for link in chain]
 
-        def add_slowly(value: Any, index: int, scope: Scope) -> Any:
-            """Python's `+`, one link at a time from ``index`` on."""
+        def add_slowly(value: Any, index: int, scope: Scope, given: tuple = ()) -> Any:
+            """Python's `+`, one link at a time from ``index`` on; the first operands may be
+            ``given`` already evaluated (generated code evaluates them itself)."""
             built = 0  # characters of the strings built: charged once at the end
+            pending = len(given)
             for constant, operand, link, _, _ in steps[index:]:
-                other = operand(scope) if constant is MISSING else constant
+                if pending:
+                    other = given[-pending]
+                    pending -= 1
+                else:
+                    other = operand(scope) if constant is MISSING else constant
                 if type(value) is str and type(other) is str and \
                         len(value) + len(other) < 1_000_000:
                     value = value + other
@@ -1628,6 +1765,23 @@ class Compiler:
         def add(scope: Scope) -> Any:
             value = first(scope) if first_constant is MISSING else first_constant
             return add_slowly(value, 0, scope)
+
+        def add_evaluated(values: tuple, scope: Scope) -> Any:
+            """The sum, its first operands evaluated already (codegen.py's way back when
+            one of them is not a str)."""
+            return add_slowly(values[0], 0, scope, values[1:])
+
+        def charge_built(scope: Scope, built: int) -> bool:
+            """What add_slowly charges for ``built`` characters of strings built."""
+            try:
+                scope.ctx.charge(built >> CHARS_SHIFT)
+            except TemplateError as exc:
+                raise _locate(exc, node) from None
+            return True
+
+        add.spec = ("add", [(first_constant, first)] + [  # type: ignore[attr-defined]
+            (constant, operand) for constant, operand, _, _, _ in steps],
+            add_evaluated, charge_built)
 
         # The operands for printing: runs of constant strings merged (valid while everything
         # before them is a str, which is the only time they are used), local lookups marked.
@@ -1725,6 +1879,27 @@ class Compiler:
         printer = self.printer
         join = self.join_text
 
+        def text_of(value: Any) -> str:
+            """How a part that is not a str joins (codegen.py)."""
+            try:
+                return printer(value)
+            except TemplateError as exc:
+                exc._locate(node.lineno, node.column)
+                raise
+            except Exception as exc:
+                raise _locate(exc, node) from exc
+
+        def charge_joined(scope: Scope, total: int) -> bool:
+            """What concat charges for joining ``total`` characters (codegen.py)."""
+            try:
+                if total > 1_000_000:
+                    check_string_size(total)
+                scope.ctx.charge(total >> CHARS_SHIFT)
+            except TemplateError as exc:
+                exc._locate(node.lineno, node.column)
+                raise
+            return True
+
         def concat(scope: Scope) -> str:
             try:
                 pieces = []
@@ -1743,6 +1918,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        concat.spec = ("concat", parts, text_of, charge_joined)  # type: ignore[attr-defined]
         return concat
 
     def e_compare(self, node: n.Node) -> Expr:
@@ -1824,9 +2000,7 @@ class Compiler:
                     "contains", first, second, negate, check_contains)
                 return contains
 
-            def compare_once(scope: Scope) -> Any:
-                left = first(scope)
-                right = second(scope) if constant is MISSING else constant
+            def compare_values(left: Any, right: Any, scope: Scope) -> Any:
                 try:
                     if type(left) not in _FREE_TO_COMPARE or type(right) not in _FREE_TO_COMPARE:
                         _price_comparison(left, right, scope)
@@ -1834,6 +2008,14 @@ class Compiler:
                 except Exception as exc:
                     raise _locate(exc, node) from exc
 
+            def compare_once(scope: Scope) -> Any:
+                left = first(scope)
+                return compare_values(left, second(scope) if constant is MISSING else constant,
+                                      scope)
+
+            # see codegen.py: two ints compared inline (free, and never raising)
+            compare_once.spec = ("int_compare", first, second, op,  # type: ignore[attr-defined]
+                                 compare_values)
             return compare_once
 
         def compare(scope: Scope) -> Any:

@@ -36,10 +36,21 @@ _UNSAFE_GENERATOR_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom",
                                           "cr_code", "cr_await", "ag_code", "ag_frame",
                                           "ag_await"})
 _MUTABLE_BASES = tuple(MUTATORS)
+_DICT_METHODS = frozenset(METHODS[dict])
 _NUMBER_ATTRIBUTES = frozenset({"real", "imag", "numerator", "denominator"})
 #: Plain types whose subclasses (made by the host: namedtuples, dict subclasses) show their
 #: own attributes too; the plain types themselves have none besides their methods.
 _HOST_SUBCLASS_BASES = frozenset({tuple, list, dict})
+
+
+#: Attributes that :meth:`Sandbox.getattr` answers, for an object of exactly this type, with
+#: the attribute itself: data of the engine's own objects, never a method or anything that
+#: reaches further. The compiler reads these directly after a ``type(obj) is ...`` check:
+#: the decision stays the sandbox's (tests/test_sandbox_fast_paths.py holds the two equal).
+DIRECT_ATTRIBUTES = {
+    LoopContext: frozenset({"index", "index0", "revindex", "revindex0", "first", "last",
+                            "length", "depth", "depth0"}),
+}
 
 
 def is_safe_attribute(obj: Any, attribute: str, value: Any) -> bool:
@@ -69,6 +80,11 @@ class Sandbox:
     # -- attributes ----------------------------------------------------------------------
     def getattr(self, obj: Any, name: str) -> Any:
         """``obj.name`` as a template sees it."""
+        if type(obj) is dict and name not in _DICT_METHODS and name[:1] != "_":
+            # `message.tool_calls` on a message without them (the compiler reads present
+            # keys itself): a plain dict has no other attributes, so the item or undefined
+            value = obj.get(name, MISSING)
+            return value if value is not MISSING else self.undefined(obj=obj, name=name)
         if type(obj) in _NAMESPACES and name[:1] != "_":  # `ns.x`, read in loops: fast
             value = obj._template_getattr(name)
             if value is not MISSING:
@@ -83,6 +99,11 @@ class Sandbox:
 
     def getitem(self, obj: Any, key: Any) -> Any:
         """``obj[key]`` as a template sees it."""
+        if type(obj) is dict and type(key) is str and key not in _DICT_METHODS and \
+                key[:1] != "_":
+            # `message['tool_calls']` missing: no attribute to fall back on (as getattr)
+            value = obj.get(key, MISSING)
+            return value if value is not MISSING else self.undefined(obj=obj, name=key)
         value = self._item(obj, key)
         if value is not MISSING:
             return value
@@ -180,6 +201,8 @@ class Sandbox:
     # -- calls ---------------------------------------------------------------------------
     def call(self, function: Any, args: Any, kwargs: Any) -> Any:
         """Call ``function`` for a template; refuses what Jinja2's sandbox refuses."""
+        if type(function) is Macro:  # the engine's own (slots: no flag can be set on it)
+            return function._invoke(args, kwargs)
         if getattr(function, "unsafe_callable", False) or getattr(function, "alters_data", False):
             raise SecurityError(f"{function!r} is not safely callable")
         return function(*args, **kwargs)
@@ -203,4 +226,5 @@ def deactivate(token: contextvars.Token) -> None:
     _current.reset(token)
 
 
-__all__ = ["Sandbox", "current_sandbox", "is_safe_attribute", "METHODS"]
+__all__ = ["Sandbox", "current_sandbox", "is_safe_attribute", "METHODS",
+           "DIRECT_ATTRIBUTES"]

@@ -192,6 +192,11 @@ is_lt = operator.lt
 is_le = operator.le
 
 
+#: Tests that only look at a value's type or identity: they never raise and cost nothing, so
+#: generated code calls them directly (codegen.py).
+TYPE_TESTS = frozenset({is_defined, is_undefined, is_none, is_boolean, is_false, is_true,
+                        is_integer, is_float, is_string, is_number})
+
 TESTS: Dict[str, Callable[..., Any]] = {
     "odd": is_odd,
     "even": is_even,

@@ -1,0 +1,201 @@
+"""Expressions and loops that codegen.py writes out inline behave exactly like the closures.
+
+Covered here: ``loop.*`` attributes read directly (sandbox.DIRECT_ATTRIBUTES), comparisons
+and ``-``/``%``/``//`` of numbers computed inline, ``+`` chains of strings as expressions,
+filters, ``set`` statements, and loops whose bodies assign (generated as a whole, charging
+each iteration as it starts). For each template: the output (or the error's class, message
+and line) equals Jinja2's, the closures' and the generated code's; and the step budget is
+the same on both paths: the smallest ``max_steps`` a render fits in is the same number.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+import minijinja_py as mj
+from minijinja_py import compiler
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
+import reference_jinja2  # noqa: E402  # the Jinja2 reference (a test dependency)
+
+MESSAGES = [{"role": "system", "content": "  Be brief.  "}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello", "n": 3},
+            {"role": "user", "content": None, "n": None}, {"role": "tool", "content": 7}]
+DATA: Dict[str, Any] = {"messages": MESSAGES, "bos_token": "<s>", "offset": 1, "zero": 0,
+                        "big": 2 ** 1100, "items": [3, 1.5, True, None, "x", [1], -4]}
+
+CASES = [
+    # loop attributes, read directly; a `loop` that is not a LoopContext takes the sandbox path
+    "{% for m in messages %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}"
+    "{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.length }}{{ loop.depth }}{{ loop.depth0 }}|"
+    "{% endfor %}",
+    "{% macro m(loop) %}{{ loop.index0 }}{{ loop.length }}{% endmacro %}"
+    "{% for x in messages %}{{ m({'index0': x.role}) }}{{ m(x) }}{% endfor %}",
+    "{% for x in messages %}{% for y in [1, 2] %}{{ loop.index0 }}{{ loop.depth }}{% endfor %}"
+    "{% endfor %}",
+    # comparisons: numbers inline, everything else through the closure (pricing, errors)
+    "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == offset) %}x"
+    "{% endif %}{{ loop.index0 < 2 }}{{ loop.index0 >= offset }}{{ m.n == none }}"
+    "{{ m.n != 3 }}{% endfor %}",
+    "{% for i in items %}{{ i == 1.5 }}{{ i != true }}{{ i == none }}{% endfor %}",
+    "{% for i in items %}{% if i is number %}{{ i < 2 }}{{ i <= 1.5 }}{{ i > -4 }}"
+    "{% endif %}{% endfor %}",
+    "{% for i in items %}{{ i < 2 }}{% endfor %}",  # None < 2: Jinja2's TypeError
+    "{% for m in messages %}{{ m.role < 'u' }}{{ m.content > m.role }}{% endfor %}",
+    # arithmetic: ints inline; floats, big ints, strings, zero divisors through the closure
+    "{% for m in messages %}{{ loop.index0 - 1 }}{{ loop.index0 % 3 }}{{ loop.index0 // 2 }}"
+    "{{ loop.length - loop.index }}{{ loop.index0 % 2.5 }}{% endfor %}",
+    "{% for m in messages %}{{ (big - loop.index0) % 1000 }}{{ big // (big - 1) }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ 10 // (loop.index0 - 2) }}{% endfor %}",
+    "{% for m in messages %}{{ 10 % (loop.index0 - 2) }}{% endfor %}",
+    "{% for m in messages %}{{ '%s-%s' % (m.role, loop.index) }}{% endfor %}",
+    "{% for m in messages %}{{ m.role - 1 }}{% endfor %}",
+    # `+` chains as expressions: strings inline, anything else from that operand on
+    "{% for m in messages %}{% set c = '<|' + m.role + '|>\n' + m.content | trim + '<e>' %}"
+    "{% if loop.first %}{% set c = bos_token + c %}{% endif %}{{ c }}{% endfor %}",
+    "{% for m in messages %}{% set c = m.role + (m.n if m.n is number else '') %}{{ c }}"
+    "{% endfor %}",
+    "{% for m in messages %}{% set c = loop.index + 1 + m.role|length %}{{ c }}{% endfor %}",
+    "{% for m in messages %}{% set c = [m.role] + [loop.index] + [] %}{{ c }}{% endfor %}",
+    "{% for m in messages %}{{ (m.role + m.role * 40) | length }}{% endfor %}",
+    "{% for m in messages %}{% set s = 'a' + m.role + 'b' + m.role + 'c' + m.role + 'd'"
+    " + m.role + 'e' + m.role + 'f' + m.role + 'g' + m.role + 'h' + m.role + 'i' + m.role"
+    " + 'j' + m.role + 'k' + m.role + 'l' + m.role + 'm' + m.role %}{{ s }}{% endfor %}",
+    "{% for m in messages %}{% set i = loop.index0 + offset %}{% set j = m.role + m.role %}"
+    "{% set k = m.n + 1 if m.n is number else m.content + m.role %}{{ i }}{{ j }}{{ k }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ big + loop.index0 > big }}{{ [m.role] + [1] }}{% endfor %}",
+    # `~` joins: strings inline, other values printed, limits charged before joining
+    "{% for m in messages %}{% set t = m.role ~ ':' ~ m.n ~ m.missing ~ loop.index ~ [1] %}"
+    "{{ t }}{% endfor %}",
+    "{% for m in messages %}{{ ('x' * 100) ~ m.role ~ ('y' * 100) }}{% endfor %}",
+    # tests without arguments: type tests inline, the others through the closure
+    "{% for m in messages %}{{ m.n is defined }}{{ m.n is not none }}{{ m.content is string }}"
+    "{{ m.n is number }}{{ m.n is integer }}{{ m.zz is undefined }}{{ m.n is not boolean }}"
+    "{{ m.content is lower }}{{ m.n is odd }}{% endfor %}",
+    # printed sums next to text
+    "{% for m in messages %}[{{ '<' + m.role + '>' + m.content | string + '.' }}]{% endfor %}",
+    "{% for m in messages %}[{{ '<' + m.role + '>' + m.content + '.' }}]{% endfor %}",
+    # bodies that assign: generated whole, iteration variables cleared each time
+    "{% for m in messages %}{% if loop.index0 == 1 %}{% set seen = m.role %}{% endif %}"
+    "{{ seen is defined }}{% endfor %}",
+    "{% for m in messages %}{{ c }}{% set c = m.role %}{{ c }}{% endfor %}",
+    "{% set c = 'outer' %}{% for m in messages %}{{ c }}{% set c = m.role %}{% endfor %}{{ c }}",
+    "{% for m in messages %}{% set r = m.role %}{% if r == 'user' %}{% continue %}{% endif %}"
+    "{{ r }}{% if r == 'assistant' %}{% break %}{% endif %}{% endfor %}",
+    "{% for m in messages %}{% set x, y = m.role, loop.index %}{{ x }}{{ y }}{% endfor %}",
+    "{% set ns = namespace(t='') %}{% for m in messages %}{% set k = m.role|upper %}"
+    "{% set ns.t = ns.t + k %}{% endfor %}{{ ns.t }}",
+]
+
+
+@pytest.fixture(params=["closures", "generated"])
+def hot_after(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    hot_after = 1 if request.param == "generated" else float("inf")
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", hot_after)
+    monkeypatch.setattr(compiler, "HOT_CALLS", hot_after)
+    return request.param
+
+
+def _outcome(render: Any) -> Any:
+    try:
+        return ("ok", render())
+    except Exception as exc:  # noqa: BLE001 - the outcome is compared with Jinja2's
+        return ("error", type(exc).__name__, getattr(exc, "message", str(exc)).split("\n")[0])
+
+
+@pytest.mark.parametrize("source", CASES)
+def test_inline_paths_match_jinja2(source: str, hot_after: str) -> None:
+    expected = _outcome(lambda: reference_jinja2.make_environment().from_string(source)
+                        .render(**DATA))
+    got = _outcome(lambda: mj.chat_environment().from_string(source).render(**DATA))
+    if expected[0] == "error":
+        assert got[0] == "error", got
+        # class families are compared by the conformance suite; here the message
+        assert got[2] == expected[2]
+    else:
+        assert got == expected
+
+
+def _fits(source: str, max_steps: int, hot: bool, monkeypatch: pytest.MonkeyPatch) -> bool:
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
+    monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
+    env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
+    try:
+        env.from_string(source).render(**DATA)
+        return True
+    except mj.LimitExceededError:
+        return False
+    except mj.TemplateError:
+        return True  # fails for another reason: within the budget up to that point
+
+
+def _smallest_budget(source: str, hot: bool, monkeypatch: pytest.MonkeyPatch) -> int:
+    low, high = 0, 1 << 20
+    assert _fits(source, high, hot, monkeypatch)
+    while low < high:
+        middle = (low + high) // 2
+        if _fits(source, middle, hot, monkeypatch):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+@pytest.mark.parametrize("source", CASES)
+def test_generated_code_charges_the_same_steps(source: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _smallest_budget(source, True, monkeypatch) == \
+        _smallest_budget(source, False, monkeypatch)
+
+
+def test_direct_attributes_are_what_the_sandbox_answers() -> None:
+    """DIRECT_ATTRIBUTES lets the compiler read an attribute after a type check: for every
+    entry the sandbox's own answer must be the plain attribute, never a wrapper."""
+    from minijinja_py.runtime import LoopContext, Undefined
+    from minijinja_py.sandbox import DIRECT_ATTRIBUTES, Sandbox
+
+    sandbox = Sandbox(True, Undefined)
+    loop = LoopContext(["a", "b", "c"], 1, None, Undefined)
+    loop.index0 = 1
+    samples = {LoopContext: loop}
+    for kind, names in DIRECT_ATTRIBUTES.items():
+        obj = samples[kind]
+        for name in names:
+            assert sandbox.getattr(obj, name) == getattr(obj, name)
+            assert type(sandbox.getattr(obj, name)) is type(getattr(obj, name))
+            assert not callable(getattr(obj, name))
+
+
+def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    original = compiler.generate_charging_loop
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        made.append(original(*args))
+        return made[-1]
+
+    monkeypatch.setattr(compiler, "generate_charging_loop", spy)
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    source = "{% for m in messages %}{% set c = m.role + '!' %}{{ c }}{% endfor %}"
+    assert mj.chat_environment().from_string(source).render(**DATA) == \
+        "system!user!assistant!user!tool!"
+    assert len(made) == 1 and made[0].__name__ == "generated_loop"
+
+
+def test_limits_stop_a_generated_loop_that_assigns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    source = "{% for i in range(100000) %}\n{% set x = 'abc' ~ i %}{{ x }}{% endfor %}"
+    env = mj.chat_environment(limits=mj.Limits(max_steps=20_000))
+    with pytest.raises(mj.LimitExceededError) as steps:
+        env.from_string(source).render()
+    assert "max_steps" in steps.value.message and steps.value.lineno == 1
+    env = mj.chat_environment(limits=mj.Limits(max_output_size=1000))
+    with pytest.raises(mj.LimitExceededError) as output:
+        env.from_string(source).render()
+    assert "max_output_size" in output.value.message
