@@ -18,7 +18,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, List
+    from typing import Any, Callable, Dict, List, Tuple
 
 from .budget import CHARS_SHIFT
 from .exceptions import TemplateError, wrap_python_error
@@ -28,7 +28,7 @@ from .tests import TYPE_TESTS
 #: A loop body is compiled to Python once it has run this many times (over all renders).
 HOT_ITERATIONS = 40
 #: A template's own body, a macro's or a block's, once it has run this many times.
-HOT_CALLS = 8
+HOT_CALLS = 16
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
 #: functions costs more than it saves.
 MAX_LINES = 400
@@ -136,7 +136,11 @@ class _Writer:
         return found
 
     def ref(self, obj: Any) -> str:
-        """A name for ``obj`` in the generated code."""
+        """Code for ``obj`` in the generated code: a literal for a plain str or a small
+        int (a constant is faster to load than a name), else a name bound to it."""
+        kind = type(obj)
+        if kind is str or (kind is int and -(1 << 62) < obj < (1 << 62)):
+            return repr(obj)
         name = self.ids.get(id(obj))
         if name is None:
             name = self.ids[id(obj)] = f"_k{len(self.ids)}"
@@ -415,10 +419,13 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     if kind == "print":
         _, items, node = spec
         w.line(depth, "try:")
+        pieces = []
+        static = 0
+        sizes = []
         for is_text, item in items:
             if is_text:
-                w.line(depth + 1, f"append({w.ref(item)})")
-                w.line(depth + 1, f"ctx.output_size += {len(item)}")
+                pieces.append((True, item))
+                static += len(item)
                 continue
             expression, expression_node = item
             value = w.temporary()
@@ -426,12 +433,17 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             w.line(depth + 1, f"if type({value}) is not str:")
             w.line(depth + 2, f"{value} = str({value}) if type({value}) is int else "
                               f"_text({value}, {w.ref(expression_node)})")
-            w.line(depth + 1, f"append({value})")
-            w.line(depth + 1, f"ctx.output_size += len({value})")
+            pieces.append((False, value))
+            sizes.append(f"len({value})")
+        # counted before the pieces are joined: the limit refuses what would not fit first
+        size = w.temporary()
+        w.line(depth + 1, f"{size} = {' + '.join([str(static)] + sizes)}")
+        w.line(depth + 1, f"ctx.output_size += {size}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         w.line(depth, "if ctx.output_size > ctx.max_output:")
         w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
+        _emit(w, depth, pieces)
         return
     if kind == "sum_print":
         _sum_print(w, spec, depth)
@@ -464,20 +476,36 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     w.signal(depth + 1, signal)
 
 
+def _emit(w: _Writer, depth: int, pieces: List[Tuple[bool, str]]) -> None:
+    """Put ``pieces``, each (True, text) or (False, the name of a str value), in the output:
+    one ``extend`` with a tuple (faster than an append each; unlike joining them first, no
+    copy of long messages, so output costs no more memory than the closures')."""
+    if len(pieces) == 1:
+        is_text, piece = pieces[0]
+        w.line(depth, f"append({repr(piece) if is_text else piece})")
+    else:
+        w.line(depth, f"out.extend({_pieces_tuple(pieces)})")
+
+
+def _pieces_tuple(pieces: List[Tuple[bool, str]]) -> str:
+    return "(" + "".join((repr(piece) if is_text else piece) + ", " for is_text, piece in pieces) + ")"
+
+
 def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
-    """``{{ a + b + ... }}``: str operands go straight to the output, left to right; the first
-    operand that is not a str hands over to the closure's own ``finish`` (Python's `+`)."""
+    """``{{ a + b + ... }}``: while the operands are str (evaluated strictly left to right),
+    they go to the output together; the first operand that is not a str hands over to the
+    closure's own ``finish`` (Python's `+`), after the str pieces before it are put in the
+    output as the closure puts them (``finish`` folds them back into the sum)."""
     _, parts, finish, too_big = spec
     size = w.temporary()
     static = 0
     sizes = []
-    appended = 0  # pieces this sum has put in `out` so far: where `finish` starts folding
+    pieces: List[Tuple[bool, str]] = []
     w.line(depth, "while True:")
     for text, variable, key, operand, position in parts:
         if text is not None:
-            w.line(depth + 1, f"append({w.ref(text)})")
+            pieces.append((True, text))
             static += len(text)
-            appended += 1
             continue
         value = w.temporary()
         if variable is not None:
@@ -491,16 +519,18 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
         else:
             w.line(depth + 1, f"{value} = {_expr(w, operand)}")
         w.line(depth + 1, f"if type({value}) is not str:")
-        w.line(depth + 2, f"{w.ref(finish)}(scope, out, len(out) - {appended}, {position}, "
+        if pieces:
+            w.line(depth + 2, f"out.extend({_pieces_tuple(pieces)})")
+        w.line(depth + 2, f"{w.ref(finish)}(scope, out, len(out) - {len(pieces)}, {position}, "
                           f"{value})")
         w.line(depth + 2, "break")
-        w.line(depth + 1, f"append({value})")
-        appended += 1
+        pieces.append((False, value))
         sizes.append(f"len({value})")
     w.line(depth + 1, f"{size} = {' + '.join([str(static)] + sizes)}")
     w.line(depth + 1, f"ctx.output_size += {size}")
     w.line(depth + 1, f"if {size} > 1000000:")
     w.line(depth + 2, f"{w.ref(too_big)}(ctx, {size})")
+    _emit(w, depth + 1, pieces)
     w.line(depth + 1, "break")
 
 
