@@ -98,6 +98,7 @@ class _Writer:
         self.hoisted: Dict[str, tuple] = {}
         # Inside a generated loop (generate_loop), signals act on that loop directly.
         self.in_loop = False
+        self.comments = showing_code()  # mark statements with their template lines
         self.loop_refund = ""  # steps given back per item left when the loop breaks
 
     def signal(self, depth: int, signal: str) -> None:
@@ -153,6 +154,11 @@ class _Writer:
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
+
+    def mark(self, depth: int, what: str, node: Any) -> None:
+        """A comment naming the template line a statement comes from (when showing code)."""
+        if self.comments and node is not None:
+            self.line(depth, f"# {what}, line {getattr(node, 'lineno', '?')}")
 
 
 # -- expressions ----------------------------------------------------------------------------
@@ -418,6 +424,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         return
     if kind == "print":
         _, items, node = spec
+        w.mark(depth, "output", node)
         w.line(depth, "try:")
         pieces = []
         static = 0
@@ -450,6 +457,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         return
     if kind == "set":
         _, name, value, node = spec
+        w.mark(depth, f"set {name}", node)
         w.line(depth, "try:")
         w.line(depth + 1, f"vars[{name!r}] = {_expr(w, value)}")
         w.line(depth, "except Exception as exc:")
@@ -457,6 +465,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         return
     if kind == "if":
         _, branches, else_, node = spec
+        w.mark(depth, "if", node)
         w.line(depth, "try:")
         for index, (test, body, test_node) in enumerate(branches):
             keyword = "if" if index == 0 else "elif"
@@ -551,16 +560,52 @@ def _may_rebind(closure: Any) -> bool:
     return False
 
 
+#: Set this environment variable (to anything but "" or "0") to have every generated function
+#: printed to standard error as it is made, its names explained and each statement marked
+#: with its template line.
+SHOW_CODE_VARIABLE = "MINIJINJA_PY_SHOW_CODE"
+
+
+def showing_code() -> bool:
+    import os
+
+    return os.environ.get(SHOW_CODE_VARIABLE, "") not in ("", "0")
+
+
+def _describe(obj: Any) -> str:
+    """What a name bound in generated code refers to, for people reading it."""
+    if hasattr(obj, "lineno") and hasattr(obj, "column"):
+        return f"{type(obj).__name__} node, line {obj.lineno} column {obj.column}"
+    if isinstance(obj, type):
+        return f"class {obj.__name__}"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        kind = "closure" if "<locals>" in obj.__qualname__ else "function"
+        return f"{kind} {obj.__qualname__.rsplit('.', 1)[-1]}"
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _compiled(w: _Writer, name: str) -> Any:
-    if len(w.lines) > MAX_LINES:
+    code_lines = [line for line in w.lines if not line.lstrip().startswith("#")]
+    if len(code_lines) > MAX_LINES:
         return None
+    source = "\n".join(w.lines)
+    if w.comments:
+        import sys
+
+        legend = [f"# {key} = {_describe(value)}" for key, value in w.names.items()
+                  if key.startswith("_k")]
+        print("\n".join(["# ---- minijinja_py generated code ----"] + legend + [source]),
+              file=sys.stderr)
     namespace = dict(w.names)
     try:
-        code = compile("\n".join(w.lines), "<minijinja_py loop body>", "exec")
+        code = compile(source, "<minijinja_py generated code>", "exec")
     except (SyntaxError, RecursionError, MemoryError, ValueError):  # pragma: no cover
         return None  # the closures work anyway
     exec(code, namespace)
-    return namespace[name]
+    generated = namespace[name]
+    generated.source = source  # type: ignore[attr-defined]  # for tests and debugging
+    return generated
 
 
 def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,

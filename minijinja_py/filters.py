@@ -1555,6 +1555,9 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {_python_type_name(value)} is not JSON serializable")
 
 
+from .jsonfast import plain_dumps  # noqa: E402  # (after the size helpers it mirrors)
+
+
 def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
               separators: Any = None, sort_keys: bool = False) -> str:
     """``json.dumps`` of the value with these options, exactly (transformers' tojson).
@@ -1578,9 +1581,19 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
             item_sep, key_sep = (len(part) for part in separators)
         except (TypeError, ValueError):
             pass
+    escaping = "json_ascii" if ensure_ascii else "json"
+    # with an indent, json.dumps runs its pure-Python encoder: plain data (tool schemas,
+    # messages) is then made and measured faster in one walk (jsonfast.py); without one, its
+    # C encoder after the size walk is faster
+    fast = None if indent is None else plain_dumps(value, bool(ensure_ascii), indent, separators, bool(sort_keys),
+                       indent_width or 0, limits.max_recursion,
+                       limits.max_string_size / _ESCAPE_FACTOR[escaping])
+    if fast is not None:
+        text, size = fast
+        charge(size >> 2)  # what _check_serialised_size charges for the same data
+        return text
     _check_serialised_size(value, "tojson", item_sep, key_sep, indent_width,
-                           ascii_only=bool(ensure_ascii),
-                           escaping="json_ascii" if ensure_ascii else "json")
+                           ascii_only=bool(ensure_ascii), escaping=escaping)
     try:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                           separators=separators, sort_keys=sort_keys, default=_json_default)

@@ -199,3 +199,20 @@ def test_limits_stop_a_generated_loop_that_assigns(monkeypatch: pytest.MonkeyPat
     with pytest.raises(mj.LimitExceededError) as output:
         env.from_string(source).render()
     assert "max_output_size" in output.value.message
+
+
+def test_the_generated_code_can_be_shown(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture) -> None:
+    """MINIJINJA_PY_SHOW_CODE prints each generated function, its names explained and its
+    statements marked with their template lines; the code runs the same."""
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setenv("MINIJINJA_PY_SHOW_CODE", "1")
+    source = "{% for m in messages %}\n{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
+    shown = mj.chat_environment().from_string(source).render(**DATA)
+    printed = capsys.readouterr().err
+    assert "def generated_loop(scope, out, items, loop):" in printed
+    assert "# if, line 2" in printed and "# output, line 2" in printed
+    assert "If node, line 2" in printed
+    monkeypatch.delenv("MINIJINJA_PY_SHOW_CODE")
+    assert mj.chat_environment().from_string(source).render(**DATA) == shown
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,175 @@
+"""``tojson`` of plain data in one pass: the text ``json.dumps`` makes, and its size bound.
+
+Chat templates print tool schemas with ``tojson``, often with ``indent``; for that,
+``json.dumps`` runs its pure-Python encoder (a generator per container), and the sandbox first
+walks the data once more to bound the text's size (filters._check_serialised_size) before
+any of it is made. (Without an indent, ``json.dumps`` runs in C and that stays faster: this
+module is used with an indent only.) For the common case, plain trees of exact ``dict``/``list``/``tuple``/
+``str``/``int``/``float``/``bool``/``None``, this module does both in one recursive walk that
+appends pieces to a list: the same characters as ``json.dumps``, and the same size bound as
+the sandbox's walk (filters._tree_text_size: the render is charged exactly the same steps).
+
+Anything else is left to the general path, which decides as before: shared or nested-too-deep
+containers, keys that are not str, subclasses, huge integers, options ``json.dumps`` would
+refuse, and data whose bound (times the escaping factor) passes ``Limits.max_string_size``:
+the walk stops there, so it never builds more than the limit allows.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, List, Optional, Tuple
+
+__all__ = ["plain_dumps"]
+
+
+class _NotPlain(Exception):
+    """The value needs the general path."""
+
+
+# Integers longer than this are left to json.dumps (Python may refuse to print them)
+_INT_BITS = 1000
+
+
+def _options(indent: Any, separators: Any) -> Optional[Tuple[Optional[str], str, str]]:
+    """(indent text or None, item separator, key separator) as json.dumps reads them."""
+    if indent is None:
+        indent_text = None
+    elif type(indent) is str:
+        indent_text = indent
+    elif type(indent) is int:
+        indent_text = " " * indent
+    else:
+        return None
+    if separators is None:
+        item_separator, key_separator = (",", ": ") if indent is not None else (", ", ": ")
+    elif type(separators) in (tuple, list) and len(separators) == 2 and \
+            type(separators[0]) is str and type(separators[1]) is str:
+        item_separator, key_separator = separators
+    else:
+        return None
+    return indent_text, item_separator, key_separator
+
+
+def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, sort_keys: bool,
+                indent_width: int, max_depth: int, size_limit: float
+                ) -> Optional[Tuple[str, int]]:
+    """``(json.dumps(value, ...), size bound)``, or None when ``value`` needs the general
+    path. ``indent_width`` and the separators' lengths enter the bound exactly as the
+    sandbox's walk counts them; the walk gives up once the bound passes ``size_limit``."""
+    options = _options(indent, separators)
+    if options is None:
+        return None
+    indent_text, item_separator, key_separator = options
+    from json.encoder import encode_basestring, encode_basestring_ascii
+
+    encode = encode_basestring_ascii if ensure_ascii else encode_basestring
+    per_item = len(item_separator) + len(key_separator)
+    parts: List[str] = []
+    append = parts.append
+    seen: set = set()
+    bound = [0]  # the size bound so far (filters._tree_text_size, summed as it goes)
+    float_repr = float.__repr__
+    int_repr = int.__repr__
+
+    def text_bound(text: str) -> int:
+        return (6 * len(text) if ensure_ascii and not text.isascii() else len(text)) + 2
+
+    def scalar(obj: Any, kind: type) -> None:
+        if kind is str:
+            append(encode(obj))
+            bound[0] += text_bound(obj)
+        elif kind is bool:
+            append("true" if obj else "false")
+            bound[0] += 24
+        elif kind is int:
+            if obj.bit_length() > _INT_BITS:
+                raise _NotPlain
+            append(int_repr(obj))
+            bound[0] += obj.bit_length() * 30103 // 100000 + 2
+        elif kind is float:
+            if obj != obj:
+                append("NaN")
+            elif obj == float("inf"):
+                append("Infinity")
+            elif obj == -float("inf"):
+                append("-Infinity")
+            else:
+                append(float_repr(obj))
+            bound[0] += 24
+        elif obj is None:
+            append("null")
+            bound[0] += 24
+        else:
+            raise _NotPlain
+
+    def container(obj: Any, kind: type, depth: int) -> None:
+        if depth > max_depth or id(obj) in seen:
+            raise _NotPlain
+        seen.add(id(obj))
+        bound[0] += 2
+        if not obj:
+            append("{}" if kind is dict else "[]")
+            return
+        step = per_item + (indent_width * (depth + 1) + 1 if indent_width else 0)
+        if indent_text is not None:
+            newline = "\n" + indent_text * (depth + 1)
+            separator = item_separator + newline
+        else:
+            newline = ""
+            separator = item_separator
+        append("{" + newline if kind is dict else "[" + newline)
+        first = True
+        if kind is dict:
+            items = obj.items()
+            if sort_keys:
+                if any(type(key) is not str for key in obj):
+                    raise _NotPlain
+                items = sorted(items)
+            for key, item in items:
+                if type(key) is not str:
+                    raise _NotPlain
+                if first:
+                    first = False
+                else:
+                    append(separator)
+                append(encode(key))
+                append(key_separator)
+                bound[0] += step + text_bound(key)
+                item_kind = type(item)
+                if item_kind is dict or item_kind is list or item_kind is tuple:
+                    container(item, item_kind, depth + 1)
+                else:
+                    scalar(item, item_kind)
+                if bound[0] > size_limit:
+                    raise _NotPlain
+        else:
+            for item in obj:
+                if first:
+                    first = False
+                else:
+                    append(separator)
+                bound[0] += step
+                item_kind = type(item)
+                if item_kind is dict or item_kind is list or item_kind is tuple:
+                    container(item, item_kind, depth + 1)
+                else:
+                    scalar(item, item_kind)
+                if bound[0] > size_limit:
+                    raise _NotPlain
+        if indent_text is not None:
+            append("\n" + indent_text * depth)
+        append("}" if kind is dict else "]")
+
+    try:
+        kind = type(value)
+        if kind is dict or kind is list or kind is tuple:
+            container(value, kind, 0)
+        else:
+            scalar(value, kind)
+    except (_NotPlain, RecursionError):
+        return None
+    if bound[0] > size_limit:
+        return None
+    return "".join(parts), bound[0]
