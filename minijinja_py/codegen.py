@@ -98,6 +98,9 @@ class _Writer:
         self.hoisted: Dict[str, tuple] = {}
         # Inside a generated loop (generate_loop), signals act on that loop directly.
         self.in_loop = False
+        # In a generated loop that uses `loop`: the function's parameter is the LoopContext
+        # (the body cannot rebind the name: the compiler refuses that)
+        self.loop_parameter = False
         self.comments = showing_code()  # mark statements with their template lines
         self.loop_refund = ""  # steps given back per item left when the loop breaks
 
@@ -194,6 +197,8 @@ def _expr(w: _Writer, closure: Any) -> str:
     if kind == "direct_attribute":
         # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
         _, loader, name, direct_type, other = spec
+        if w.loop_parameter and loader.spec[1] == "loop":
+            return f"loop.{name}"
         obj, _ = w.local(loader.spec[1])
         if not w.hoisting:
             obj = w.temporary()
@@ -364,7 +369,14 @@ def _int_operation(w: _Writer, spec: tuple) -> str:
     if kind == "int_compare":
         # numbers, booleans (and None for equality) compare free of charge and never raise
         free = "_EQUATABLE" if op in ("==", "!=") else "_ORDERABLE"
-        w.names[free] = _EQUATABLE if op in ("==", "!=") else _ORDERABLE
+        w.names[free] = free_types = _EQUATABLE if op in ("==", "!=") else _ORDERABLE
+        right_spec = getattr(right, "spec", None)
+        if right_spec is not None and right_spec[0] == "const" and \
+                type(right_spec[1]) in free_types:
+            # `loop.index0 == 0`: the constant's type is known
+            b = _expr(w, right)
+            slow = f"{w.ref(apply)}({a}, {b}, scope)"
+            return f"({a} {python_op} {b} if type({a} := {_expr(w, left)}) in {free} else {slow})"
         both_free = (f"(type({a} := {_expr(w, left)}) in {free}) & "
                      f"(type({b} := {_expr(w, right)}) in {free})")
         return f"({a} {python_op} {b} if {both_free} else {slow})"
@@ -622,7 +634,7 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
     w.names["_length_hint"] = length_hint
     w.in_loop = True
     w.loop_refund = str(int(iteration_cost))
-    return _loop_function(w, body, target, uses_loop, [])
+    return _loop_function(w, body, target, uses_loop, [], [])
 
 
 def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: bool,
@@ -642,23 +654,28 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
                "if ctx.steps > ctx.max_steps or ctx.output_size > max_output:",
                "    return True",
                "vars.clear()"]
+    setup = []
     if fresh is not None:
+        # made once per run of the loop: undefined values are immutable, each iteration
+        # starts from the same ones
         w.names["_fresh_variables"] = fresh
-        prelude.append("vars.update(_fresh_variables(ctx))")
+        setup.append("fresh = _fresh_variables(ctx)")
+        prelude.append("vars.update(fresh)")
     if uses_loop:
         prelude.append("vars['loop'] = loop")
-    return _loop_function(w, body, target, uses_loop, prelude)
+    return _loop_function(w, body, target, uses_loop, prelude, setup)
 
 
 def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop: bool,
-                   prelude: List[str]) -> Any:
+                   prelude: List[str], setup: List[str]) -> Any:
     w.hoisting = not _may_rebind(body)
+    w.loop_parameter = uses_loop
     _statement(w, body, 2)
     lines = w.lines
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
-               "    max_output = ctx.max_output",
+               "    max_output = ctx.max_output"] + ["    " + line for line in setup] + [
                "    remaining = iter(items)", "    for item in remaining:"]
     for line in prelude:
         w.line(2, line)

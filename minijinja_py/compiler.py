@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+from functools import partial
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
@@ -927,67 +928,68 @@ class Compiler:
         # no defaults to evaluate, no caller, kwargs or varargs to collect.
         plain_parameters = not specials and not explicit_caller
 
-        def make(defining_scope: Scope) -> Macro:
+        # Defined once here, bound to each definition's scope with a partial: a template
+        # defining nine macros per render makes no closures per render.
+        def invoke(defining_scope: Scope, args: tuple, kwargs: dict) -> str:
             ctx = defining_scope.ctx
-
-            def invoke(args: tuple, kwargs: dict) -> str:
-                if plain_parameters and not kwargs and len(args) == count:
-                    local: Dict[str, Any] = _fresh(fresh, ctx) if fresh else {}
-                    local.update(zip(arg_names, args))
-                    return run(Scope(local, defining_scope, ctx))
-                kwargs = dict(kwargs)
-                local = _fresh(fresh, ctx)
-                scope = Scope(local, defining_scope, ctx)
-                found_caller = explicit_caller
-                for index, (param, default) in enumerate(defaults):
-                    if index < len(args):
-                        local[param] = args[index]
-                        continue
-                    value = kwargs.pop(param, MISSING)
-                    if value is MISSING:
-                        if default is not None:
-                            value = default(scope)
-                        else:
-                            value = ctx.undefined(f"parameter {param!r} was not provided",
-                                                  name=param)
-                    local[param] = value
-                if wants_caller and not found_caller:
-                    caller = kwargs.pop("caller", None)
-                    if caller is None:
-                        caller = ctx.undefined("No caller defined", name="caller")
-                    local["caller"] = caller
-                if catch_kwargs:
-                    local["kwargs"] = kwargs
-                elif kwargs:
-                    if "caller" in kwargs:
-                        raise TypeError(
-                            f"macro {shown_name!r} was invoked with two values for the special caller"
-                            " argument. This is most likely a bug.")
+            if plain_parameters and not kwargs and len(args) == count:
+                local: Dict[str, Any] = _fresh(fresh, ctx) if fresh else {}
+                local.update(zip(arg_names, args))
+                return run(Scope(local, defining_scope, ctx), ctx)
+            kwargs = dict(kwargs)
+            local = _fresh(fresh, ctx)
+            scope = Scope(local, defining_scope, ctx)
+            found_caller = explicit_caller
+            for index, (param, default) in enumerate(defaults):
+                if index < len(args):
+                    local[param] = args[index]
+                    continue
+                value = kwargs.pop(param, MISSING)
+                if value is MISSING:
+                    if default is not None:
+                        value = default(scope)
+                    else:
+                        value = ctx.undefined(f"parameter {param!r} was not provided",
+                                              name=param)
+                local[param] = value
+            if wants_caller and not found_caller:
+                caller = kwargs.pop("caller", None)
+                if caller is None:
+                    caller = ctx.undefined("No caller defined", name="caller")
+                local["caller"] = caller
+            if catch_kwargs:
+                local["kwargs"] = kwargs
+            elif kwargs:
+                if "caller" in kwargs:
                     raise TypeError(
-                        f"macro {shown_name!r} takes no keyword argument {next(iter(kwargs))!r}")
-                if catch_varargs:
-                    local["varargs"] = tuple(args[count:])
-                elif len(args) > count:
-                    raise TypeError(
-                        f"macro {shown_name!r} takes not more than {count} argument(s)")
-                return run(scope)
+                        f"macro {shown_name!r} was invoked with two values for the special caller"
+                        " argument. This is most likely a bug.")
+                raise TypeError(
+                    f"macro {shown_name!r} takes no keyword argument {next(iter(kwargs))!r}")
+            if catch_varargs:
+                local["varargs"] = tuple(args[count:])
+            elif len(args) > count:
+                raise TypeError(
+                    f"macro {shown_name!r} takes not more than {count} argument(s)")
+            return run(scope, ctx)
 
-            def run(scope: Scope) -> str:
-                """The macro's body in its bound scope: charged, depth-checked, captured."""
-                ctx.step(call_cost)
-                ctx.enter()
-                try:
-                    buffer: list = []
-                    before = ctx.output_size
-                    body(scope, buffer)
-                    text = ctx.captured(buffer, before)
-                    # called inside `{% autoescape true %}`: its output is Markup (Jinja2)
-                    return ctx.safe(text) if ctx.autoescape else text
-                finally:
-                    ctx.depth -= 1
+        def run(scope: Scope, ctx: RenderContext) -> str:
+            """The macro's body in its bound scope: charged, depth-checked, captured."""
+            ctx.step(call_cost)
+            ctx.enter()
+            try:
+                buffer: list = []
+                before = ctx.output_size
+                body(scope, buffer)
+                text = ctx.captured(buffer, before)
+                # called inside `{% autoescape true %}`: its output is Markup (Jinja2)
+                return ctx.safe(text) if ctx.autoescape else text
+            finally:
+                ctx.depth -= 1
 
+        def make(defining_scope: Scope) -> Macro:
             return Macro(shown_name, arg_names, catch_kwargs, catch_varargs, wants_caller,
-                         invoke)
+                         partial(invoke, defining_scope))
 
         return make
 

@@ -69,7 +69,7 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
     parts: List[str] = []
     append = parts.append
     seen: set = set()
-    bound = [0]  # the size bound so far (filters._tree_text_size, summed as it goes)
+    bound = 0  # the size bound so far (filters._tree_text_size, summed as it goes)
     float_repr = float.__repr__
     int_repr = int.__repr__
 
@@ -77,17 +77,18 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
         return (6 * len(text) if ensure_ascii and not text.isascii() else len(text)) + 2
 
     def scalar(obj: Any, kind: type) -> None:
+        nonlocal bound
         if kind is str:
             append(encode(obj))
-            bound[0] += text_bound(obj)
+            bound += text_bound(obj)
         elif kind is bool:
             append("true" if obj else "false")
-            bound[0] += 24
+            bound += 24
         elif kind is int:
             if obj.bit_length() > _INT_BITS:
                 raise _NotPlain
             append(int_repr(obj))
-            bound[0] += obj.bit_length() * 30103 // 100000 + 2
+            bound += obj.bit_length() * 30103 // 100000 + 2
         elif kind is float:
             if obj != obj:
                 append("NaN")
@@ -97,18 +98,19 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                 append("-Infinity")
             else:
                 append(float_repr(obj))
-            bound[0] += 24
+            bound += 24
         elif obj is None:
             append("null")
-            bound[0] += 24
+            bound += 24
         else:
             raise _NotPlain
 
     def container(obj: Any, kind: type, depth: int) -> None:
+        nonlocal bound
         if depth > max_depth or id(obj) in seen:
             raise _NotPlain
         seen.add(id(obj))
-        bound[0] += 2
+        bound += 2
         if not obj:
             append("{}" if kind is dict else "[]")
             return
@@ -136,13 +138,18 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                     append(separator)
                 append(encode(key))
                 append(key_separator)
-                bound[0] += step + text_bound(key)
+                bound += step + (len(key) + 2 if not ensure_ascii or key.isascii()
+                                 else 6 * len(key) + 2)
                 item_kind = type(item)
-                if item_kind is dict or item_kind is list or item_kind is tuple:
+                if item_kind is str:  # (most values of a tool schema: no call for them)
+                    append(encode(item))
+                    bound += (len(item) + 2 if not ensure_ascii or item.isascii()
+                              else 6 * len(item) + 2)
+                elif item_kind is dict or item_kind is list or item_kind is tuple:
                     container(item, item_kind, depth + 1)
                 else:
                     scalar(item, item_kind)
-                if bound[0] > size_limit:
+                if bound > size_limit:
                     raise _NotPlain
         else:
             for item in obj:
@@ -150,13 +157,17 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                     first = False
                 else:
                     append(separator)
-                bound[0] += step
+                bound += step
                 item_kind = type(item)
-                if item_kind is dict or item_kind is list or item_kind is tuple:
+                if item_kind is str:
+                    append(encode(item))
+                    bound += (len(item) + 2 if not ensure_ascii or item.isascii()
+                              else 6 * len(item) + 2)
+                elif item_kind is dict or item_kind is list or item_kind is tuple:
                     container(item, item_kind, depth + 1)
                 else:
                     scalar(item, item_kind)
-                if bound[0] > size_limit:
+                if bound > size_limit:
                     raise _NotPlain
         if indent_text is not None:
             append("\n" + indent_text * depth)
@@ -170,6 +181,6 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
             scalar(value, kind)
     except (_NotPlain, RecursionError):
         return None
-    if bound[0] > size_limit:
+    if bound > size_limit:
         return None
-    return "".join(parts), bound[0]
+    return "".join(parts), bound

@@ -120,6 +120,14 @@ def _objects_to_dicts(value: Any, depth: int = 0) -> Any:
     if depth > MAX_DATA_DEPTH:
         raise ValueError(f"conversation data is nested deeper than {MAX_DATA_DEPTH} levels "
                          "(or contains a reference cycle)")
+    kind = type(value)
+    # the plain types first: an isinstance() against the Mapping ABC costs a microsecond
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {key: _objects_to_dicts(item, depth + 1) for key, item in value.items()}
+    if kind is list:
+        return [_objects_to_dicts(item, depth + 1) for item in value]
     if isinstance(value, Mapping):
         result = {}
         for key, item in value.items():
@@ -159,6 +167,12 @@ def plain_template_data(value: Any, _depth: int = 0) -> Any:
     if _depth > MAX_DATA_DEPTH:
         raise ValueError(f"template data is nested deeper than {MAX_DATA_DEPTH} levels "
                          "(or contains a reference cycle)")
+    kind = type(value)
+    if kind is dict:  # the plain containers before the ABC checks below (they cost more)
+        return {plain_template_data(key, _depth + 1): plain_template_data(item, _depth + 1)
+                for key, item in value.items()}
+    if kind is list:
+        return [plain_template_data(item, _depth + 1) for item in value]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
