@@ -41,6 +41,8 @@ CALL_STEPS = 30
 #: Steps for work the evaluator finds out about only at run time: an attribute or item
 #: lookup on something other than a plain dict (a string, a namespace, an undefined value)
 #: and an assignment to a namespace attribute go through the sandbox (a microsecond or more).
+#: The attributes sandbox.DIRECT_ATTRIBUTES lists (``loop.index0``...) are read directly, like
+#: a dict hit, and cost nothing beyond their node's static price.
 SLOW_LOOKUP_STEPS = 30
 #: Bit shifts: a step per 16 characters and per 2 items (about 16 bytes of memory either way).
 CHARS_SHIFT = 4
