@@ -566,7 +566,8 @@ def several_runs(args, argv: list) -> int:
     for index, first in enumerate(summaries[0]):
         measured = [runs[index]["measured"] for runs in summaries]
         numbers = [_leading_number(m) for m in measured]
-        spread = ("%s–%s" % (_plain(min(numbers)), _plain(max(numbers)))
+        unit = " ms" if re.search(r"\d\s*(µs|ms|s)\b", measured[0] or "") else ""
+        spread = ("%s–%s%s" % (_plain(min(numbers)), _plain(max(numbers)), unit)
                   if None not in numbers else "")
         met = [runs[index]["met"] for runs in summaries]
         verdict = ("—" if met[0] is None else "met in all runs" if all(met)
@@ -577,12 +578,15 @@ def several_runs(args, argv: list) -> int:
     return status
 
 
+_UNITS = {"µs": 1e-3, "ms": 1.0, "s": 1e3}  # times are compared in milliseconds
+
+
 def _leading_number(text: str):
-    match = re.match(r"\s*([0-9][0-9,.]*)", text or "")
+    match = re.match(r"\s*([0-9][0-9,.]*)\s*(µs|ms|s)?\b", text or "")
     if not match:
         return None
     try:
-        return float(match.group(1).replace(",", ""))
+        return float(match.group(1).replace(",", "")) * _UNITS.get(match.group(2), 1.0)
     except ValueError:
         return None
 
