@@ -301,9 +301,14 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
     built_sum = " + ".join(([str(fixed_built)] if fixed_built else []) + built_terms) or "0"
     evaluated = f"{w.ref(add_evaluated)}(({', '.join(values)},), scope)"
-    code = (f"({total} if len({total} := {' + '.join(values)}) < 1000000 and "
+    # measured, checked and charged before the string is built, as add_slowly does
+    fixed_length = sum(len(constant) for constant, _ in operands if constant is not MISSING)
+    lengths = " + ".join([str(fixed_length)] + [f"len({values[position]})"
+                                                for position, _ in tests])
+    code = (f"({total} if {lengths} < 1000000 and "
             f"(({built} := {built_sum}) < _CHARGED_FROM or "
-            f"{w.ref(charge_built)}(scope, {built})) else {evaluated})")
+            f"{w.ref(charge_built)}(scope, {built})) and "
+            f"(({total} := {' + '.join(values)}),) else {evaluated})")
     for position, test in reversed(tests):
         so_far = f"{w.ref(add_evaluated)}(({', '.join(values[:position + 1])},), scope)"
         code = f"({code} if {test} else {so_far})"
@@ -331,7 +336,7 @@ def _concat(w: _Writer, spec: tuple) -> str:
 def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) -> str:
     """``a + b`` (both operands are always evaluated, left first): two ints or two strs
     inline, anything else (and results past the limits) through ``add_evaluated``."""
-    a, b, result = w.temporary(), w.temporary(), w.temporary()
+    a, b, result, size = w.temporary(), w.temporary(), w.temporary(), w.temporary()
     (left_constant, left), (right_constant, right) = operands
     left_code = w.ref(left_constant) if left_constant is not MISSING else _expr(w, left)
     right_code = w.ref(right_constant) if right_constant is not MISSING else _expr(w, right)
@@ -340,8 +345,8 @@ def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) 
     return (f"({result} if (type({a} := {left_code}) is int) & "
             f"(type({b} := {right_code}) is int) and -_BIG < ({result} := {a} + {b}) < _BIG "
             f"else {result} if type({a}) is str and type({b}) is str and "
-            f"len({result} := {a} + {b}) < 1000000 and (len({result}) < _CHARGED_FROM or "
-            f"{w.ref(charge_built)}(scope, len({result}))) "
+            f"(({size} := len({a}) + len({b})) < 1000000) and ({size} < _CHARGED_FROM or "
+            f"{w.ref(charge_built)}(scope, {size})) and (({result} := {a} + {b}),) "
             f"else {w.ref(add_evaluated)}(({a}, {b}), scope))")
 
 

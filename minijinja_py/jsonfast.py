@@ -152,6 +152,8 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                 if bound > size_limit:
                     raise _NotPlain
         else:
+            # (the value's dispatch is written out in both loops: a call per value is what
+            # this module exists to save)
             for item in obj:
                 if first:
                     first = False

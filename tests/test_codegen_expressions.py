@@ -216,3 +216,26 @@ def test_the_generated_code_can_be_shown(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("MINIJINJA_PY_SHOW_CODE")
     assert mj.chat_environment().from_string(source).render(**DATA) == shown
     assert capsys.readouterr().err == ""
+
+
+def test_sums_over_the_limit_are_refused_before_they_are_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated `+` measures its operands first, as the closures do: a sum the string limit
+    refuses is never made, so the render allocates nothing near its size."""
+    import tracemalloc
+
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "HOT_CALLS", 1)
+    big = "x" * 700_000
+    env = mj.chat_environment(limits=mj.Limits(max_string_size=1_000_000))
+    for source in ("{% for i in [1] %}{% set s = a + b %}{% endfor %}",
+                   "{% for i in [1] %}{% set s = a + '-' + b %}{% endfor %}"):
+        template = env.from_string(source)
+        tracemalloc.start()
+        try:
+            with pytest.raises(mj.LimitExceededError):
+                template.render(a=big, b=big)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1_000_000, source
