@@ -197,14 +197,16 @@ def _expr(w: _Writer, closure: Any) -> str:
     if kind == "direct_attribute":
         # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
         _, loader, name, direct_type, other = spec
-        if w.loop_parameter and loader.spec[1] == "loop":
+        variable = loader.spec[1]
+        if w.loop_parameter and variable == "loop":
             return f"loop.{name}"
-        obj, _ = w.local(loader.spec[1])
-        if not w.hoisting:
+        if w.hoisting:
+            obj, _ = w.local(variable)
+            read = obj
+        else:
             obj = w.temporary()
-            return (f"({obj}.{name} if type({obj} := {w.local(loader.spec[1])[0]}) is "
-                    f"{w.ref(direct_type)} else {w.ref(other)}({obj}, scope))")
-        return (f"({obj}.{name} if type({obj}) is {w.ref(direct_type)} else "
+            read = f"({obj} := {w.local(variable)[0]})"
+        return (f"({obj}.{name} if type({read}) is {w.ref(direct_type)} else "
                 f"{w.ref(other)}({obj}, scope))")
     if kind == "int_op" or kind == "int_compare":
         return _int_operation(w, spec)
@@ -337,9 +339,8 @@ def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) 
     """``a + b`` (both operands are always evaluated, left first): two ints or two strs
     inline, anything else (and results past the limits) through ``add_evaluated``."""
     a, b, result, size = w.temporary(), w.temporary(), w.temporary(), w.temporary()
-    (left_constant, left), (right_constant, right) = operands
-    left_code = w.ref(left_constant) if left_constant is not MISSING else _expr(w, left)
-    right_code = w.ref(right_constant) if right_constant is not MISSING else _expr(w, right)
+    (_, left), (_, right) = operands
+    left_code, right_code = _expr(w, left), _expr(w, right)  # (a constant's code: its value)
     w.names["_BIG"] = 1 << 1000
     w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
     return (f"({result} if (type({a} := {left_code}) is int) & "
@@ -350,9 +351,8 @@ def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) 
             f"else {w.ref(add_evaluated)}(({a}, {b}), scope))")
 
 
-#: Python's operators for the template's, where two ints give the same result either way.
-_INT_OPERATORS = {"-": "-", "%": "%", "//": "//", "==": "==", "!=": "!=", "<": "<",
-                  "<=": "<=", ">": ">", ">=": ">="}
+#: The template's operators written inline: Python's own, with the same result for two ints.
+_INLINE_OPERATORS = frozenset({"-", "%", "//", "==", "!=", "<", "<=", ">", ">="})
 
 
 _ORDERABLE = frozenset({int, float, bool})
@@ -365,16 +365,16 @@ def _int_operation(w: _Writer, spec: tuple) -> str:
     (limits, pricing, errors). An arithmetic result is range-checked as arith.apply checks it
     (past 1000 bits the slow path computes it again and measures it), and a zero divisor
     always takes the slow path, which raises the located error."""
-    kind, left, right, op, apply = spec
-    python_op = _INT_OPERATORS.get(op)
-    if python_op is None:  # pragma: no cover - the compiler attaches specs for these only
-        raise ValueError(op)
+    kind, left, right, python_op, apply = spec
+    if python_op not in _INLINE_OPERATORS:  # pragma: no cover - the compiler attaches specs
+        raise ValueError(python_op)  # for these only
     a, b = w.temporary(), w.temporary()
     slow = f"{w.ref(apply)}({a}, {b}, scope)"
     if kind == "int_compare":
         # numbers, booleans (and None for equality) compare free of charge and never raise
-        free = "_EQUATABLE" if op in ("==", "!=") else "_ORDERABLE"
-        w.names[free] = free_types = _EQUATABLE if op in ("==", "!=") else _ORDERABLE
+        equality = python_op in ("==", "!=")
+        free = "_EQUATABLE" if equality else "_ORDERABLE"
+        w.names[free] = free_types = _EQUATABLE if equality else _ORDERABLE
         right_spec = getattr(right, "spec", None)
         if right_spec is not None and right_spec[0] == "const" and \
                 type(right_spec[1]) in free_types:
@@ -389,7 +389,7 @@ def _int_operation(w: _Writer, spec: tuple) -> str:
                  f"(type({b} := {_expr(w, right)}) is int)")
     w.names["_BIG"] = 1 << 1000
     result = w.temporary()
-    nonzero = f"{b} and " if op in ("%", "//") else ""
+    nonzero = f"{b} and " if python_op in ("%", "//") else ""
     return (f"({result} if {both_ints} and {nonzero}"
             f"-_BIG < ({result} := {a} {python_op} {b}) < _BIG else {slow})")
 
@@ -514,7 +514,9 @@ def _emit(w: _Writer, depth: int, pieces: List[Tuple[bool, str]]) -> None:
 
 
 def _pieces_tuple(pieces: List[Tuple[bool, str]]) -> str:
-    return "(" + "".join((repr(piece) if is_text else piece) + ", " for is_text, piece in pieces) + ")"
+    """A tuple display of ``pieces`` (see _emit)."""
+    return "(" + "".join((repr(piece) if is_text else piece) + ", "
+                         for is_text, piece in pieces) + ")"
 
 
 def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:

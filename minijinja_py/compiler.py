@@ -582,6 +582,8 @@ class Compiler:
         # The body, or the whole simple loop, compiled to Python once it has run many times
         # (over all renders of this template): a cold start does not pay for compile().
         generated: List[Stmt] = []
+        # the generated loop: hot_loop's or hot_charging_loop's (a loop takes run_simple or
+        # not by its shape, the same every render, so only one of them ever fills it)
         generated_loop: List[Any] = []
         iterations = [0]
         hot_after = HOT_ITERATIONS if self.generates_code else float("inf")
@@ -1882,7 +1884,7 @@ class Compiler:
         join = self.join_text
 
         def text_of(value: Any) -> str:
-            """How a part that is not a str joins (codegen.py)."""
+            """How a part that is not a str joins (here and in codegen.py)."""
             try:
                 return printer(value)
             except TemplateError as exc:
@@ -1892,7 +1894,8 @@ class Compiler:
                 raise _locate(exc, node) from exc
 
         def charge_joined(scope: Scope, total: int) -> bool:
-            """What concat charges for joining ``total`` characters (codegen.py)."""
+            """What joining ``total`` characters costs, checked before they are joined (here
+            and in codegen.py)."""
             try:
                 if total > 1_000_000:
                     check_string_size(total)
@@ -1907,12 +1910,10 @@ class Compiler:
                 pieces = []
                 for part in parts:
                     value = part(scope)
-                    pieces.append(value if type(value) is str else printer(value))
+                    pieces.append(value if type(value) is str else text_of(value))
                 total = sum(map(len, pieces))
                 if total >> CHARS_SHIFT:
-                    if total > 1_000_000:
-                        check_string_size(total)
-                    scope.ctx.charge(total >> CHARS_SHIFT)
+                    charge_joined(scope, total)
                 return join(pieces)
             except TemplateError as exc:
                 exc._locate(node.lineno, node.column)

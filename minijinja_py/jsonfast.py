@@ -30,6 +30,7 @@ class _NotPlain(Exception):
 
 # Integers longer than this are left to json.dumps (Python may refuse to print them)
 _INT_BITS = 1000
+_INFINITY = float("inf")
 
 
 def _options(indent: Any, separators: Any) -> Optional[Tuple[Optional[str], str, str]]:
@@ -92,9 +93,9 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
         elif kind is float:
             if obj != obj:
                 append("NaN")
-            elif obj == float("inf"):
+            elif obj == _INFINITY:
                 append("Infinity")
-            elif obj == -float("inf"):
+            elif obj == -_INFINITY:
                 append("-Infinity")
             else:
                 append(float_repr(obj))

@@ -46,7 +46,7 @@ _HOST_SUBCLASS_BASES = frozenset({tuple, list, dict})
 #: Attributes that :meth:`Sandbox.getattr` answers, for an object of exactly this type, with
 #: the attribute itself: data of the engine's own objects, never a method or anything that
 #: reaches further. The compiler reads these directly after a ``type(obj) is ...`` check:
-#: the decision stays the sandbox's (tests/test_sandbox_fast_paths.py holds the two equal).
+#: the decision stays the sandbox's (tests/test_codegen_expressions.py holds the two equal).
 DIRECT_ATTRIBUTES = {
     LoopContext: frozenset({"index", "index0", "revindex", "revindex0", "first", "last",
                             "length", "depth", "depth0"}),

@@ -31,7 +31,7 @@ import dataclasses
 import datetime as _datetime
 import inspect
 import os
-from collections import OrderedDict
+from collections import OrderedDict, abc
 from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional,
                     Sequence, Tuple, Union)
@@ -121,18 +121,10 @@ def _objects_to_dicts(value: Any, depth: int = 0) -> Any:
         raise ValueError(f"conversation data is nested deeper than {MAX_DATA_DEPTH} levels "
                          "(or contains a reference cycle)")
     kind = type(value)
-    # the plain types first: an isinstance() against the Mapping ABC costs a microsecond
     if kind is str or kind is int or kind is float or kind is bool or value is None:
-        return value
-    if kind is dict:
+        return value  # (the checks below would all say no)
+    if isinstance(value, abc.Mapping):
         return {key: _objects_to_dicts(item, depth + 1) for key, item in value.items()}
-    if kind is list:
-        return [_objects_to_dicts(item, depth + 1) for item in value]
-    if isinstance(value, Mapping):
-        result = {}
-        for key, item in value.items():
-            result[key] = _objects_to_dicts(item, depth + 1)
-        return result
     if isinstance(value, list):
         return [_objects_to_dicts(item, depth + 1) for item in value]
     if isinstance(value, tuple):
@@ -167,19 +159,13 @@ def plain_template_data(value: Any, _depth: int = 0) -> Any:
     if _depth > MAX_DATA_DEPTH:
         raise ValueError(f"template data is nested deeper than {MAX_DATA_DEPTH} levels "
                          "(or contains a reference cycle)")
-    kind = type(value)
-    if kind is dict:  # the plain containers before the ABC checks below (they cost more)
-        return {plain_template_data(key, _depth + 1): plain_template_data(item, _depth + 1)
-                for key, item in value.items()}
-    if kind is list:
-        return [plain_template_data(item, _depth + 1) for item in value]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, abc.Mapping):
         result = {}
         for key, item in value.items():
             result[plain_template_data(key, _depth + 1)] = plain_template_data(item, _depth + 1)
@@ -202,7 +188,7 @@ def plain_template_data(value: Any, _depth: int = 0) -> Any:
 
 def _normalize_conversation(messages: Any) -> List[Dict[str, Any]]:
     """Steps 1-2: a non-empty list of message dicts without None-valued keys."""
-    if isinstance(messages, (str, bytes, Mapping)):
+    if isinstance(messages, (str, bytes, abc.Mapping)):
         raise TypeError("messages must be a list of messages (dicts, dataclasses or pydantic "
                         f"models), not a {type(messages).__name__}")
     if not isinstance(messages, (list, tuple)) and hasattr(messages, "messages"):
@@ -247,12 +233,12 @@ def _alias_reasoning(message: Dict[str, Any]) -> Dict[str, Any]:
 def _tool_schemas(tools: Any) -> Optional[List[Any]]:
     if tools is None:
         return None
-    if isinstance(tools, (str, bytes, Mapping)):
+    if isinstance(tools, (str, bytes, abc.Mapping)):
         raise ValueError("tools must be a list of JSON schemas (dicts) or functions, not a "
                          f"single {type(tools).__name__}")
     schemas = []
     for tool in tools:
-        if isinstance(tool, Mapping):
+        if isinstance(tool, abc.Mapping):
             schemas.append(tool)
         elif inspect.isfunction(tool) or inspect.ismethod(tool):
             schemas.append(get_json_schema(tool))
@@ -266,10 +252,10 @@ def _tool_schemas(tools: Any) -> Optional[List[Any]]:
 def _check_documents(documents: Any) -> None:
     if documents is None:
         return
-    if isinstance(documents, (str, bytes, Mapping)):
+    if isinstance(documents, (str, bytes, abc.Mapping)):
         raise TypeError("documents must be a list of dicts with 'title' and 'text' keys")
     for document in documents:
-        if not isinstance(document, Mapping):
+        if not isinstance(document, abc.Mapping):
             raise TypeError("Documents should be a list of dicts with 'title' and 'text' keys!")
 
 
@@ -611,7 +597,7 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
         if chat_template is not None:
             template = ChatTemplate(chat_template, now=now,
                                     special_tokens=source_or_config.special_tokens)
-    elif isinstance(source_or_config, Mapping) or isinstance(source_or_config, os.PathLike) or (
+    elif isinstance(source_or_config, abc.Mapping) or isinstance(source_or_config, os.PathLike) or (
             isinstance(source_or_config, str) and not _looks_like_template(source_or_config)
             and os.path.exists(source_or_config)):
         if chat_template is not None:
@@ -632,7 +618,7 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
 def _special_tokens_only(source: Union[PathLike, Mapping[str, Any]]) -> Dict[str, str]:
     """The special tokens of a config, folder or file whose own template is not used (it may
     have none)."""
-    if isinstance(source, Mapping):
+    if isinstance(source, abc.Mapping):
         return _special_tokens_of(source)
     try:
         return dict(load_chat_config(source).special_tokens)

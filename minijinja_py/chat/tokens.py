@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import operator
 import os
 import re
 import threading
@@ -976,9 +977,6 @@ def _overlap_mask_by_search(offsets: List[Tuple[int, int]], spans: Sequence[Tupl
     a span exactly when its end is past the span's start and its start before the span's end,
     and those tokens are one run per span (found in C-speed searches instead of a Python step
     per token). None otherwise."""
-    import bisect
-    import operator
-
     for (_, first_end), (second_start, _) in zip(spans, spans[1:]):
         if second_start < first_end:
             return None
