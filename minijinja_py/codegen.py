@@ -103,6 +103,11 @@ class _Writer:
         self.loop_parameter = False
         self.comments = showing_code()  # mark statements with their template lines
         self.loop_refund = ""  # steps given back per item left when the loop breaks
+        # In a loop whose items nothing in the body can change (see generate_loop's
+        # ``stable_items``): reads of a hoisted dict's constant keys, as placeholders until
+        # the body is written (see dict_read and resolve_reads).
+        self.caching_reads = False
+        self.reads: List[Tuple[str, str, str, str]] = []  # (value, is_dict, key, fallback)
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -138,6 +143,48 @@ class _Writer:
             index = len(self.hoisted)
             found = self.hoisted[name] = (f"_o{index}", f"_d{index}")
         return found
+
+    def dict_read(self, obj: str, is_dict: str, key: Any, fallback: str) -> str:
+        """Code for ``obj[key]`` when ``is_dict`` and the key is there, else ``fallback``.
+
+        In a loop with stable items, a key read at least twice per iteration is read once,
+        as the iteration starts (``_r`` names, see resolve_reads): with nothing in the body
+        able to change the dict, each later read would give the same answer. Only str and
+        int keys: reading them early cannot raise."""
+        k = self.ref(key)
+        direct = f"({obj}[{k}] if {is_dict} and {k} in {obj} else {fallback})"
+        if not self.caching_reads or type(key) not in (str, int):
+            return direct
+        self.reads.append((obj, is_dict, k, fallback))
+        return f"\x00{len(self.reads) - 1}\x00"
+
+    def resolve_reads(self) -> List[str]:
+        """Put the reads back into the lines written (placeholders of dict_read); returns the
+        lines that read the keys read more than once, to run as each iteration starts."""
+        uses: Dict[Tuple[str, str], int] = {}
+        for obj, _, k, _ in self.reads:
+            uses[(obj, k)] = uses.get((obj, k), 0) + 1
+        early: Dict[Tuple[str, str], str] = {}
+        setup: List[str] = []
+        for obj, is_dict, k, _ in self.reads:
+            if uses[(obj, k)] > 1 and (obj, k) not in early:
+                name = early[(obj, k)] = f"_r{len(early)}"
+                setup.append(f"{name} = {obj}.get({k}, _M) if {is_dict} else _M")
+
+        def resolved(match: Any) -> str:
+            obj, is_dict, k, fallback = self.reads[int(match.group(1))]
+            name = early.get((obj, k))
+            if name is None:
+                return f"({obj}[{k}] if {is_dict} and {k} in {obj} else {fallback})"
+            return f"({name} if {name} is not _M else {fallback})"
+
+        if self.reads:
+            import re
+
+            placeholder = re.compile("\x00([0-9]+)\x00")
+            self.lines = [placeholder.sub(resolved, line) if "\x00" in line else line
+                          for line in self.lines]
+        return setup
 
     def ref(self, obj: Any) -> str:
         """Code for ``obj`` in the generated code: a literal for a plain str or a small
@@ -190,7 +237,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         operand_spec = getattr(operand, "spec", None)
         if operand_spec is not None and operand_spec[0] == "local" and w.hoisting:
             obj, is_dict = w.local(operand_spec[1])
-            return f"({obj}[{k}] if {is_dict} and {k} in {obj} else {w.ref(slow)}({obj}, scope))"
+            return w.dict_read(obj, is_dict, key, f"{w.ref(slow)}({obj}, scope)")
         obj = w.temporary()
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
                 f"else {w.ref(slow)}({obj}, scope))")
@@ -542,8 +589,11 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
             if is_dict is None:
                 obj = w.temporary()
                 is_dict = f"type({obj} := vars[{variable!r}]) is dict"
-            w.line(depth + 1, f"{value} = ({obj}[{k}] if {is_dict} and {k} in {obj} else "
-                              f"{w.ref(operand)}(scope))")
+                w.line(depth + 1, f"{value} = ({obj}[{k}] if {is_dict} and {k} in {obj} else "
+                                  f"{w.ref(operand)}(scope))")
+            else:
+                w.line(depth + 1, f"{value} = "
+                                  f"{w.dict_read(obj, is_dict, key, w.ref(operand) + '(scope)')}")
         else:
             w.line(depth + 1, f"{value} = {_expr(w, operand)}")
         w.line(depth + 1, f"if type({value}) is not str:")
@@ -628,7 +678,7 @@ def _compiled(w: _Writer, name: str) -> Any:
 
 
 def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
-                  iteration_cost: int) -> Any:
+                  iteration_cost: int, stable_items: bool = False) -> Any:
     """The loop of a simple ``for`` (one target name, no ``else``, no assignments in the
     body) with its body inlined, or None. Called as ``f(inner, out, items, loop)`` after the
     steps of all iterations were charged; returns None, or the iterator of the items left
@@ -641,11 +691,11 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
     w.names["_length_hint"] = length_hint
     w.in_loop = True
     w.loop_refund = str(int(iteration_cost))
-    return _loop_function(w, body, target, uses_loop, [], [])
+    return _loop_function(w, body, target, uses_loop, [], [], stable_items)
 
 
 def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: bool,
-                           iteration_cost: int, fresh: Any) -> Any:
+                           iteration_cost: int, fresh: Any, stable_items: bool = False) -> Any:
     """The loop of a ``for`` with one target name and no ``else`` whose body may assign
     variables, with its body inlined, or None. Called as ``f(inner, out, items, loop)`` with
     ``inner`` the iteration scope it reuses (cleared each time, as the closures' loop does);
@@ -670,14 +720,16 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
         prelude.append("vars.update(fresh)")
     if uses_loop:
         prelude.append("vars['loop'] = loop")
-    return _loop_function(w, body, target, uses_loop, prelude, setup)
+    return _loop_function(w, body, target, uses_loop, prelude, setup, stable_items)
 
 
 def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop: bool,
-                   prelude: List[str], setup: List[str]) -> Any:
+                   prelude: List[str], setup: List[str], stable_items: bool) -> Any:
     w.hoisting = not _may_rebind(body)
     w.loop_parameter = uses_loop
+    w.caching_reads = stable_items and w.hoisting
     _statement(w, body, 2)
+    early_reads = w.resolve_reads()
     lines = w.lines
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
@@ -692,6 +744,8 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     for name, (value, is_dict) in w.hoisted.items():
         w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
         w.line(2, f"{is_dict} = type({value}) is dict")
+    for line in early_reads:
+        w.line(2, line)
     w.lines.extend(lines)
     if w.loop_refund:
         w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")

@@ -587,6 +587,7 @@ class Compiler:
         generated_loop: List[Any] = []
         iterations = [0]
         hot_after = HOT_ITERATIONS if self.generates_code else float("inf")
+        env = self.env
 
         def is_hot(count: int) -> bool:
             iterations[0] += count
@@ -599,8 +600,9 @@ class Compiler:
 
         def hot_loop() -> Any:
             if not generated_loop:
-                generated_loop.append(generate_loop(body, simple_name, uses_loop,
-                                                    iteration_cost))
+                generated_loop.append(generate_loop(
+                    body, simple_name, uses_loop, iteration_cost,
+                    _stable_items(env, node.body, facts)))
             return generated_loop[0]
 
         # A loop whose body assigns (or reads names before assigning them), one target name
@@ -611,7 +613,8 @@ class Compiler:
         def hot_charging_loop() -> Any:
             if not generated_loop:
                 generated_loop.append(generate_charging_loop(
-                    body, simple_name, uses_loop, iteration_cost, fresh_variables))
+                    body, simple_name, uses_loop, iteration_cost, fresh_variables,
+                    _stable_items(env, node.body, facts)))
             return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
@@ -2101,8 +2104,14 @@ class Compiler:
 _NESTING = (list, tuple, dict)
 
 
-# What a loop needs to know about its body (Compiler.body_facts), as bits.
+# What a loop needs to know about its body (Compiler.body_facts), as bits. _CALLS: a call or
+# a filter block, which may run code the user supplied; _FILTERS_OR_TESTS: a filter or a test,
+# which may too, when the environment's table holds the user's (Compiler.stable_items).
 _MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8
+_CALLS, _FILTERS_OR_TESTS = 16, 32
+
+#: Built-in filters that apply other filters or tests by name, which may be the user's.
+_DISPATCHING_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr"})
 
 
 def _own_facts(node: n.Node) -> int:
@@ -2114,10 +2123,39 @@ def _own_facts(node: n.Node) -> int:
     if kind is n.Macro:
         return _KEEPS_SCOPE | _ASSIGNS
     if kind is n.CallBlock:
-        return _KEEPS_SCOPE
+        return _KEEPS_SCOPE | _CALLS
     if kind is n.Assign or kind is n.AssignBlock:
         return _ASSIGNS
+    if kind is n.Call or kind is n.FilterBlock:
+        return _CALLS
+    if kind is n.Filter or kind is n.Test:
+        return _FILTERS_OR_TESTS
     return 0
+
+
+def _stable_items(env: Any, statements: List[n.Node], facts: int) -> bool:
+    """Whether nothing in ``statements`` can change a dict the loop reads: no calls, and
+    only the engine's own filters and tests (none changes its input, and in the
+    immutable sandbox templates cannot). Generated loops then read each key of an item
+    once per iteration (codegen._Writer.dict_read). Python's special methods of user
+    objects (``__str__``, ``__eq__``) are assumed not to change the data they are in."""
+    if facts & _CALLS:
+        return False
+    if not facts & _FILTERS_OR_TESTS:
+        return True
+    from .filters import FILTERS
+    from .tests import TESTS
+
+    for statement in statements:
+        for node in itertools.chain((statement,), statement.find_all((n.Filter, n.Test))):
+            if type(node) is n.Filter:
+                if node.name in _DISPATCHING_FILTERS or \
+                        env.filters.get(node.name) is not FILTERS.get(node.name, env):
+                    return False
+            elif type(node) is n.Test:
+                if env.tests.get(node.name) is not TESTS.get(node.name, env):
+                    return False
+    return True
 
 
 def _subtree_facts(root: n.Node) -> Dict[int, int]:

@@ -81,6 +81,12 @@ CASES = [
     # printed sums next to text
     "{% for m in messages %}[{{ '<' + m.role + '>' + m.content | string + '.' }}]{% endfor %}",
     "{% for m in messages %}[{{ '<' + m.role + '>' + m.content + '.' }}]{% endfor %}",
+    # keys read more than once per iteration: read once as it starts (stable items), with
+    # the sandbox path for items that are not dicts or lack the key
+    "{% for m in messages %}{% if m.role == 'user' or m.role == 'tool' %}"
+    "{{ m.role + ':' + m.content|string }}{% elif m.n %}{{ m.n }}{{ m.n + 1 }}{% endif %}"
+    "{{ m.missing }}{{ m.missing is defined }}{{ m['role'] }}{% endfor %}",
+    "{% for i in items %}{{ i.role }}{{ i.role }}{{ i[0] }}{{ i[0] }}{% endfor %}",
     # bodies that assign: generated whole, iteration variables cleared each time
     "{% for m in messages %}{% if loop.index0 == 1 %}{% set seen = m.role %}{% endif %}"
     "{{ seen is defined }}{% endfor %}",
@@ -239,3 +245,54 @@ def test_sums_over_the_limit_are_refused_before_they_are_built(
         finally:
             tracemalloc.stop()
         assert peak < 1_000_000, source
+
+
+def _mutating_environments() -> Any:
+    """Both engines with a global function and a filter that change the message they get."""
+    def rename(message: Dict[str, Any]) -> str:
+        message["role"] = message["role"].upper()
+        return ""
+
+    pairs = []
+    for env in (reference_jinja2.make_environment(), mj.chat_environment()):
+        env.globals["rename"] = rename
+        env.filters["renamed"] = rename
+        pairs.append(env)
+    return pairs
+
+
+@pytest.mark.parametrize("source", [
+    "{% for m in messages %}{{ m.role }}{{ rename(m) }}{{ m.role }}{% endfor %}",
+    "{% for m in messages %}{{ m.role }}{{ m | renamed }}{{ m.role }}{% endfor %}",
+])
+def test_keys_are_read_again_after_user_code(source: str, hot_after: str) -> None:
+    """A call or a filter of the user's may change the items, so a loop that has one reads
+    each key where it is used (as Jinja2 does), never once per iteration."""
+    outputs = []
+    for env in _mutating_environments():
+        messages = [dict(m) for m in MESSAGES]
+        outputs.append(env.from_string(source).render(messages=messages))
+    assert outputs[0] == outputs[1]
+    assert "systemSYSTEM" in outputs[1]
+
+
+def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    original = compiler.generate_loop
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        made.append(original(*args))
+        return made[-1]
+
+    monkeypatch.setattr(compiler, "generate_loop", spy)
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    stable = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
+             "{{ m.content }}{% endfor %}"
+    calling = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
+              "{{ raise_exception('x') if m.role == 1 }}{% endfor %}"
+    for source in (stable, calling):
+        mj.chat_environment().from_string(source).render(**DATA)
+    stable_code, calling_code = made[0].source, made[1].source
+    assert "_r0 = _o0.get('role', _M)" in stable_code
+    assert "'content'" in stable_code and "_r1" not in stable_code  # read once: read where used
+    assert "_r0" not in calling_code
