@@ -22,8 +22,8 @@ and ends itself after :data:`IDLE_EXIT` seconds without renders.
 
 from __future__ import annotations
 
+import _thread  # not threading: importing that costs a millisecond of every cold start
 import os
-import threading
 import time
 
 TYPE_CHECKING = False
@@ -41,8 +41,23 @@ monotonic = time.monotonic
 # registering costs no lock; the watchdog copies the values before scanning them.
 _active: Dict[int, Any] = {}
 _running = False
-_lock = threading.Lock()
-_wake = threading.Event()
+_lock = _thread.allocate_lock()
+# Held except while the watchdog is asked to wake early: _wake_up releases it, the watchdog's
+# timed acquire returns at once and holds it again.
+_wake = _thread.allocate_lock()
+_wake.acquire()
+
+
+def _wake_up() -> None:
+    try:
+        _wake.release()
+    except RuntimeError:  # already released by another render: the watchdog wakes anyway
+        pass
+
+
+def _start_thread() -> None:
+    """Start the watchdog (a plain thread: nothing waits for it at exit, like a daemon)."""
+    _thread.start_new_thread(_watchdog, ())
 
 
 def watch(render: Any) -> None:
@@ -54,12 +69,11 @@ def watch(render: Any) -> None:
             if not _running:
                 _running = True
                 try:
-                    threading.Thread(target=_watchdog, name="minijinja_py-deadline",
-                                     daemon=True).start()
+                    _start_thread()
                 except RuntimeError:  # no thread to be had (a tight memory cap, shutdown):
                     _running = False  # the render goes on under its step budget alone
     elif render.deadline - monotonic() < TICK:
-        _wake.set()  # a very short deadline: do not wait for the next tick
+        _wake_up()  # a very short deadline: do not wait for the next tick
 
 
 def unwatch(render: Any) -> None:
@@ -92,8 +106,11 @@ def _watchdog() -> None:
                 if _running:  # another watchdog started meanwhile
                     return
                 _running = True
-        _wake.wait(max(0.0, nearest - monotonic()))
-        _wake.clear()
+        wait = nearest - monotonic()
+        if wait > 0:
+            _wake.acquire(True, wait)
+        else:
+            _wake.acquire(False)
 
 
 def _after_fork_in_child() -> None:
@@ -102,8 +119,9 @@ def _after_fork_in_child() -> None:
     global _running, _lock, _wake
     _active.clear()
     _running = False
-    _lock = threading.Lock()
-    _wake = threading.Event()
+    _lock = _thread.allocate_lock()
+    _wake = _thread.allocate_lock()
+    _wake.acquire()
 
 
 if hasattr(os, "register_at_fork"):

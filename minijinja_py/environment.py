@@ -218,7 +218,7 @@ def _engine_id() -> str:
         # the AST's shape is defined by the grammar, the parser and the node classes
         here = os.path.dirname(os.path.abspath(__file__))
         code = 0
-        for module in ("nodes.py", "parser.py", "scanner.py", "lalr.py", "_lalr_tables.json",
+        for module in ("nodes.py", "parser.py", "scanner.py", "lalr.py", "_lalr_tables.py",
                        "diskcache.py"):
             try:
                 with open(os.path.join(here, module), "rb") as handle:

@@ -232,14 +232,14 @@ def test_render_goes_on_when_no_watchdog_thread_can_start(monkeypatch: pytest.Mo
                                                           ) -> None:
     """Under a tight address-space cap a thread may not start: the render still works (its
     step budget still bounds it) and raises nothing but template errors."""
-    import threading
+    import _thread
 
-    def refuse(self: Any) -> None:
+    def refuse(*args: Any) -> None:
         raise RuntimeError("can't start new thread")
 
     watchdog._running = False  # as if no watchdog had started yet
     try:
-        monkeypatch.setattr(threading.Thread, "start", refuse)
+        monkeypatch.setattr(_thread, "start_new_thread", refuse)
         env = mj.chat_environment(limits=mj.Limits(max_steps=10_000))
         assert env.from_string("{{ 1 + 1 }}").render() == "2"
         with pytest.raises(mj.LimitExceededError):
