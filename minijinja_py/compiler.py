@@ -31,7 +31,7 @@ from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateErr
 from .arith import apply as arith_apply
 from .codegen import (HOT_CALLS, HOT_ITERATIONS, generate as generate_body,
                       generate_charging_loop, generate_loop)
-from .constfold import FOLDED_KINDS, fold_printed, has_safe_repr, nodes_over_slices
+from .constfold import FOLDED_KINDS, fold_printed, has_safe_repr
 from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                      FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
@@ -225,7 +225,6 @@ class Compiler:
         # Names certainly bound in the innermost scope at run time (loop targets, macro
         # parameters): reading them needs no walk up the scope chain.
         self.local_names: List[FrozenSet[str]] = [frozenset()]
-        self.over_slices: set = set()  # ids of nodes with a slice inside (constfold.py)
 
     def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = (),
               extra: Tuple[n.Node, ...] = ()) -> Tuple[Stmt, Tuple[str, ...]]:
@@ -266,7 +265,6 @@ class Compiler:
         ``self.name()``)."""
         self.outer_refs = frozenset()
         self.facts = _subtree_facts(template)
-        self.over_slices = nodes_over_slices(template)
         root, fresh = self.frame(template.body)
         return self.hot_switching(root), fresh, dict(self.blocks)
 
@@ -307,7 +305,7 @@ class Compiler:
         return found
 
     def expr(self, node: n.Node) -> Expr:
-        if id(node) in self.over_slices and type(node) in FOLDED_KINDS:
+        if self.facts.get(id(node), 0) & _OVER_SLICE and type(node) in FOLDED_KINDS:
             folded = self.constant(node)
             if folded is not None:
                 return folded
@@ -431,7 +429,7 @@ class Compiler:
         """The text Jinja2 prints for ``{{ node }}`` when it computes it while compiling and
         that differs from evaluating it at render time (a constant sliced: see
         constfold.py), else None."""
-        if id(node) not in self.over_slices:
+        if not self.facts.get(id(node), 0) & _OVER_SLICE:
             return None
         value = fold_printed(node, self.env, self.join_text)
         if value is MISSING:
@@ -2109,6 +2107,9 @@ _NESTING = (list, tuple, dict)
 # which may too, when the environment's table holds the user's (Compiler.stable_items).
 _MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8
 _CALLS, _FILTERS_OR_TESTS = 16, 32
+# Not for loops: a subscript by a slice inside (where Jinja2's compile-time folding can differ
+# from the value at run time: constfold.py); found in the same walk.
+_OVER_SLICE = 64
 
 #: Built-in filters that apply other filters or tests by name, which may be the user's.
 _DISPATCHING_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr"})
@@ -2130,6 +2131,8 @@ def _own_facts(node: n.Node) -> int:
         return _CALLS
     if kind is n.Filter or kind is n.Test:
         return _FILTERS_OR_TESTS
+    if kind is n.Getitem and type(node.arg) is n.Slice:
+        return _OVER_SLICE
     return 0
 
 
@@ -2163,18 +2166,21 @@ def _subtree_facts(root: n.Node) -> Dict[int, int]:
     iterative post-order walk: asking each loop about its body separately was quadratic in
     the nesting of loops."""
     facts: Dict[int, int] = {}
-    stack: List[Tuple[n.Node, bool]] = [(root, False)]
+    # (node, None): to visit; (node, its children): to sum up, its children being done
+    stack: List[Tuple[n.Node, Optional[List[n.Node]]]] = [(root, None)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, children_done = stack.pop()
-        children = node.child_nodes()
-        if children_done:
+        node, children = pop()
+        if children is None:
+            children = node.child_nodes()
+            push((node, children))
+            for child in children:
+                push((child, None))
+        else:
             found = _own_facts(node)
             for child in children:
                 found |= facts[id(child)]
             facts[id(node)] = found
-        else:
-            stack.append((node, True))
-            stack.extend((child, False) for child in children)
     return facts
 #: Filters that compare the items of their input with one another (True) or with their
 #: arguments (False). Comparing two containers visits at most the smaller one, so bounding

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import nodes as n
 from .runtime import MISSING
 
-__all__ = ["slices_a_constant", "nodes_over_slices", "fold_printed", "has_safe_repr",
+__all__ = ["slices_a_constant", "fold_printed", "has_safe_repr",
            "FOLDED_KINDS"]
 
 #: The expression kinds Jinja2's code generator tries to fold wherever they stand
@@ -55,24 +55,6 @@ def slices_a_constant(node: n.Node) -> bool:
     if isinstance(node, n.Getitem) and isinstance(node.arg, n.Slice):
         return True
     return any(slices_a_constant(child) for child in node.child_nodes())
-
-
-def nodes_over_slices(root: n.Node) -> set:
-    """The ids of the nodes under ``root`` (itself included) that hold a subscript by a
-    slice, found in one walk."""
-    found: set = set()
-    stack = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        children = node.child_nodes()
-        if not done:
-            stack.append((node, True))
-            stack.extend((child, False) for child in children)
-            continue
-        if (isinstance(node, n.Getitem) and isinstance(node.arg, n.Slice)) or \
-                any(id(child) in found for child in children):
-            found.add(id(node))
-    return found
 
 
 def has_safe_repr(value: "Any") -> bool:

@@ -113,6 +113,10 @@ def size_cap(source_length: int) -> int:
 # ---- AST <-> tuples -------------------------------------------------------------------------
 def _encode(value: "Any") -> "Any":
     """Nodes -> (class index, lineno, column, *fields); tuples -> (-1, *items)."""
+    index = _NODE_INDEX.get(type(value))
+    if index is not None:  # the common case first: one lookup for the exact node classes
+        return (index, value.lineno, value.column,
+                *[_encode(getattr(value, field)) for field in value.fields])
     if isinstance(value, n.Node):
         return (_NODE_INDEX[type(value)], value.lineno, value.column,
                 *[_encode(getattr(value, field)) for field in value.fields])
