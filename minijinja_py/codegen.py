@@ -88,6 +88,7 @@ class _Writer:
     def __init__(self) -> None:
         self.lines: List[str] = []
         self.names: Dict[str, Any] = {"_M": MISSING, "_truthy": _truthy, "_text": _text,
+                                      "_SIZED": (str, list, dict, tuple),
                                       "_overflow": _output_overflow,
                                       "_locate_statement": _locate_statement}
         self.ids: Dict[int, str] = {}
@@ -274,8 +275,22 @@ def _expr(w: _Writer, closure: Any) -> str:
         call = f"{w.ref(function)}({_expr(w, operand)})"
         return f"(not {call})" if negated else call
     if kind == "filter":
-        _, operand, apply = spec
-        return f"{w.ref(apply)}(scope, {_expr(w, operand)})"
+        _, operand, apply, inline = spec
+        if inline is None:
+            return f"{w.ref(apply)}(scope, {_expr(w, operand)})"
+        value = w.temporary()
+        slow = f"{w.ref(apply)}(scope, {value})"
+        if inline[0] == "len":  # `length` of an exact str, list, tuple or dict: free
+            return f"(len({value}) if type({value} := {_expr(w, operand)}) in _SIZED else {slow})"
+        if inline[0] == "same":  # `string` of a str: the str itself, free
+            return f"({value} if type({value} := {_expr(w, operand)}) is str else {slow})"
+        # a str method: the str read and, when new, the result built, charged together
+        _, method, charge = inline
+        result, steps = w.temporary(), w.temporary()
+        return (f"({result} if type({value} := {_expr(w, operand)}) is str and "
+                f"(({steps} := (len({value}) >> {CHARS_SHIFT}) + (0 if ({result} := "
+                f"{value}.{method}()) is {value} else len({result}) >> {CHARS_SHIFT})) == 0 or "
+                f"{w.ref(charge)}(scope, {steps})) else {slow})")
     if kind == "eq_str":
         _, operand, constant, negate = spec
         return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"

@@ -1616,8 +1616,40 @@ class Compiler:
         def filtered(scope: Scope) -> Any:
             return apply(scope, operand(scope))
 
-        filtered.spec = ("filter", operand, apply)  # type: ignore[attr-defined]
+        filtered.spec = ("filter", operand, apply,  # type: ignore[attr-defined]
+                         self.inline_filter(node))
         return filtered
+
+    def inline_filter(self, node: n.Node) -> Optional[tuple]:
+        """How codegen.py may apply the engine's own filter of ``node`` to an exact str (or
+        container, for ``length``) without calling it, charging what ``filter_call``'s
+        ``apply_without_arguments`` charges; None when it may not (arguments, a filter of the
+        user's)."""
+        name = node.name
+        if node.args or node.kwargs or node.dyn_args or node.dyn_kwargs:
+            return None
+        from .filters import FILTERS
+
+        if self.env.filters.get(name) is not FILTERS.get(name, self):
+            return None
+        if name in _LEN_FILTERS:
+            return ("len",)  # free (FILTER_WEIGHTS), an int result costs nothing
+        if name == "string":
+            return ("same",)  # a str is its own result; free (FILTER_ITEM_STEPS)
+        method = _STR_METHOD_FILTERS.get(name)
+        if method is None or filter_input_cost(name) is not size_cost:
+            return None
+
+        def charge_filtered(scope: Scope, steps: int) -> bool:
+            """Charge what reading the str and building the result cost (both at once: the
+            filter cannot fail, so only the total matters) at the filter."""
+            ctx = scope.ctx
+            ctx.steps += steps
+            if ctx.steps > ctx.max_steps:
+                raise _locate(ctx.too_much_work(), node) from None
+            return True
+
+        return ("str_method", method, charge_filtered)
 
     def e_test(self, node: n.Node) -> Expr:
         operand = self.expr(node.node)
@@ -1777,11 +1809,12 @@ class Compiler:
             return add_slowly(values[0], 0, scope, values[1:])
 
         def charge_built(scope: Scope, built: int) -> bool:
-            """What add_slowly charges for ``built`` characters of strings built."""
-            try:
-                scope.ctx.charge(built >> CHARS_SHIFT)
-            except TemplateError as exc:
-                raise _locate(exc, node) from None
+            """What add_slowly charges for ``built`` characters of strings built (ctx.charge,
+            written out: generated code calls this for nearly every sum)."""
+            ctx = scope.ctx
+            ctx.steps += built >> CHARS_SHIFT
+            if ctx.steps > ctx.max_steps:
+                raise _locate(ctx.too_much_work(), node) from None
             return True
 
         add.spec = ("add", [(first_constant, first)] + [  # type: ignore[attr-defined]
@@ -2110,6 +2143,12 @@ _CALLS, _FILTERS_OR_TESTS = 16, 32
 # Not for loops: a subscript by a slice inside (where Jinja2's compile-time folding can differ
 # from the value at run time: constfold.py); found in the same walk.
 _OVER_SLICE = 64
+
+#: Filters without arguments that generated code applies to an exact str as the str method
+#: they are (see Compiler.inline_filter), and those that are ``len()`` of an exact container.
+_STR_METHOD_FILTERS = {"trim": "strip", "upper": "upper", "lower": "lower",
+                       "capitalize": "capitalize"}
+_LEN_FILTERS = frozenset({"length", "count"})
 
 #: Built-in filters that apply other filters or tests by name, which may be the user's.
 _DISPATCHING_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr"})

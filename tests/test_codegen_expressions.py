@@ -87,6 +87,16 @@ CASES = [
     "{{ m.role + ':' + m.content|string }}{% elif m.n %}{{ m.n }}{{ m.n + 1 }}{% endif %}"
     "{{ m.missing }}{{ m.missing is defined }}{{ m['role'] }}{% endfor %}",
     "{% for i in items %}{{ i.role }}{{ i.role }}{{ i[0] }}{{ i[0] }}{% endfor %}",
+    # filters without arguments applied inline to an exact str (or container, for length)
+    "{% for m in messages %}[{{ m.content|trim }}|{{ m.content|upper }}|{{ m.role|lower }}|"
+    "{{ m.content|capitalize }}|{{ m.content|length }}|{{ m.role|count }}|{{ m.content|string }}"
+    "|{{ m|length }}|{{ m.missing|string }}|{{ (m.content|string)|safe|trim }}]{% endfor %}",
+    "{% for i in items %}{{ i|string|length }}{{ i|string|upper }}{% endfor %}"
+    "{{ items|length }}{{ (items|first)|length }}",
+    "{% for i in items %}{{ i|length }}{% endfor %}",  # an int has no length: Jinja2's error
+    "{% for i in items %}{{ i|trim }}{% endfor %}",
+    "{% for m in messages %}{{ ('  ' ~ m.role * 30 ~ '  ')|trim|upper|length }}"
+    "{{ (m.role * 30)|trim|lower|length }}{% endfor %}",
     # bodies that assign: generated whole, iteration variables cleared each time
     "{% for m in messages %}{% if loop.index0 == 1 %}{% set seen = m.role %}{% endif %}"
     "{{ seen is defined }}{% endfor %}",
@@ -296,3 +306,13 @@ def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.Monke
     assert "_r0 = _o0.get('role', _M)" in stable_code
     assert "'content'" in stable_code and "_r1" not in stable_code  # read once: read where used
     assert "_r0" not in calling_code
+
+
+def test_a_filter_of_the_users_is_never_inlined(hot_after: str) -> None:
+    """Only the engine's own filters are applied inline: one the user put in their place runs."""
+    env = mj.chat_environment()
+    env.filters["trim"] = lambda value: f"<{value}>"
+    env.filters["length"] = lambda value: "many"
+    source = "{% for m in messages %}{{ m.role|trim }}{{ m.role|length }}{% endfor %}"
+    assert env.from_string(source).render(**DATA) == \
+        "<system>many<user>many<assistant>many<user>many<tool>many"
