@@ -41,7 +41,8 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .sandbox import DIRECT_ATTRIBUTES
-from .runtime import (MISSING, BoundMethod, LoopContext, Macro, Namespace, Undefined,
+from .runtime import (MISSING, BoundMethod, ChainableUndefined, LoopContext, Macro, Namespace,
+                      StrictUndefined, Undefined,
                       unsafe_undefined, wants_environment)
 
 BREAK = "break"
@@ -488,7 +489,7 @@ class Compiler:
 
         def autoescape(scope: Scope, out: list) -> Any:
             ctx = scope.ctx
-            inner = Scope(_fresh(fresh, ctx), scope, ctx)
+            inner = Scope(fresh_variables(fresh, ctx), scope, ctx)
             on = enabled(scope)
             saved_state, ctx.autoescape = ctx.autoescape, on
             try:
@@ -606,12 +607,12 @@ class Compiler:
         # A loop whose body assigns (or reads names before assigning them), one target name
         # and no `else`: generated too, charging each iteration as it starts, like `run`.
         charging_loop_fits = reuse_scope and simple_name is not None and else_ is None
-        fresh_variables = (lambda ctx: _fresh(fresh, ctx)) if fresh else None
+        starting_variables = (lambda ctx: fresh_variables(fresh, ctx)) if fresh else None
 
         def hot_charging_loop() -> Any:
             if not generated_loop:
                 generated_loop.append(generate_charging_loop(
-                    body, simple_name, uses_loop, iteration_cost, fresh_variables,
+                    body, simple_name, uses_loop, iteration_cost, starting_variables,
                     _stable_items(env, node.body, facts)))
             return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
@@ -650,7 +651,7 @@ class Compiler:
             items = items_of(scope, value)
             if not items:
                 if else_ is not None:
-                    return else_(Scope(_fresh(else_fresh, ctx), scope, ctx), out)
+                    return else_(Scope(fresh_variables(else_fresh, ctx), scope, ctx), out)
                 return None
             loop = LoopContext(items, depth0, recurse_in(scope) if recursive else None,
                                ctx.undefined) if uses_loop else None
@@ -683,7 +684,7 @@ class Compiler:
                     variables = inner.vars
                     variables.clear()
                     if fresh:
-                        variables.update(_fresh(fresh, ctx))
+                        variables.update(fresh_variables(fresh, ctx))
                     if loop is not None:
                         variables["loop"] = loop
                     if simple_name is not None:
@@ -693,7 +694,7 @@ class Compiler:
                 elif simple_name is not None and not fresh and loop is not None:
                     inner = Scope({simple_name: item, "loop": loop}, scope, ctx)
                 else:
-                    variables = _fresh(fresh, ctx)
+                    variables = fresh_variables(fresh, ctx)
                     if loop is not None:
                         variables["loop"] = loop
                     inner = Scope(variables, scope, ctx)
@@ -704,7 +705,7 @@ class Compiler:
                 elif signal is BREAK:
                     break
             if not completed and else_ is not None:
-                return else_(Scope(_fresh(else_fresh, ctx), scope, ctx), out)
+                return else_(Scope(fresh_variables(else_fresh, ctx), scope, ctx), out)
             return None
 
         def run_simple(scope: Scope, out: list, items: List[Any], loop: Any,
@@ -724,8 +725,9 @@ class Compiler:
                 looped = hot_loop()
                 if looped is not None:
                     stopped = looped(inner, out, items, loop)
-                    if stopped is not None:
+                    while stopped is not None:  # raises, or the loop goes on where it was
                         stop_over_limit(ctx, stopped)
+                        stopped = looped(inner, out, stopped, loop)
                     return None
             run_body = hot_body() if hot else body
             remaining = iter(items)
@@ -743,13 +745,16 @@ class Compiler:
             return None
 
         def stop_over_limit(ctx: RenderContext, remaining: Any) -> None:
-            """Output or work went over its limit mid-loop: give back the steps charged for
-            the iterations that will not run, and raise the limit's error here."""
-            ctx.steps -= operator.length_hint(remaining) * iteration_cost
+            """Output or work seems over its limit mid-loop, the iterations not yet run being
+            charged already: without their steps, raise the limit's error here if it still
+            is; else the loop goes on, their steps charged again (never given away)."""
+            not_run = operator.length_hint(remaining) * iteration_cost
+            ctx.steps -= not_run
             try:
                 ctx.step(0)
             except TemplateError as exc:
                 raise _locate(exc, node) from None
+            ctx.steps += not_run
 
         def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
             def recurse(value: Any, depth0: int) -> str:
@@ -841,7 +846,7 @@ class Compiler:
         def assign_block(scope: Scope, out: list) -> Any:
             buffer: list = []
             before = scope.ctx.output_size
-            signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
+            signal = body(Scope(fresh_variables(fresh, scope.ctx), scope, scope.ctx), buffer)
             if signal is not None:
                 return signal
             value: Any = scope.ctx.captured(buffer, before)
@@ -865,7 +870,7 @@ class Compiler:
             buffer: list = []
             ctx = scope.ctx
             before = ctx.output_size
-            signal = body(Scope(_fresh(fresh, ctx), scope, ctx), buffer)
+            signal = body(Scope(fresh_variables(fresh, ctx), scope, ctx), buffer)
             if signal is not None:
                 return signal
             value = apply_filter(scope, ctx.captured(buffer, before))
@@ -936,11 +941,11 @@ class Compiler:
         def invoke(defining_scope: Scope, args: tuple, kwargs: dict) -> str:
             ctx = defining_scope.ctx
             if plain_parameters and not kwargs and len(args) == count:
-                local: Dict[str, Any] = _fresh(fresh, ctx) if fresh else {}
+                local: Dict[str, Any] = fresh_variables(fresh, ctx) if fresh else {}
                 local.update(zip(arg_names, args))
                 return run(Scope(local, defining_scope, ctx), ctx)
             kwargs = dict(kwargs)
-            local = _fresh(fresh, ctx)
+            local = fresh_variables(fresh, ctx)
             scope = Scope(local, defining_scope, ctx)
             found_caller = explicit_caller
             for index, (param, default) in enumerate(defaults):
@@ -1029,7 +1034,7 @@ class Compiler:
         body = self.hot_switching(body)
 
         def with_stmt(scope: Scope, out: list) -> Any:
-            inner = Scope(_fresh(fresh, scope.ctx), scope, scope.ctx)
+            inner = Scope(fresh_variables(fresh, scope.ctx), scope, scope.ctx)
             for assign, value in zip(assigns, values):
                 assign(inner, value(scope))
             return body(inner, out)
@@ -1060,7 +1065,7 @@ class Compiler:
         def render_block(scope: Scope, out: list) -> Any:
             if node.required:
                 raise _locate(TemplateRuntimeError(f"Required block {name!r} not found"), node)
-            return body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), out)
+            return body(Scope(fresh_variables(fresh, scope.ctx), scope, scope.ctx), out)
 
         def call_block(root: Scope) -> str:
             """``self.name()``: the block rendered again, in the template's own scope."""
@@ -1108,7 +1113,7 @@ class Compiler:
 
         def generation(scope: Scope, out: list) -> Any:
             buffer: list = []
-            signal = body(Scope(_fresh(fresh, scope.ctx), scope, scope.ctx), buffer)
+            signal = body(Scope(fresh_variables(fresh, scope.ctx), scope, scope.ctx), buffer)
             if signal is not None:
                 return signal
             scope.ctx.check_output()
@@ -1393,6 +1398,9 @@ class Compiler:
                     raise _locate(exc, node) from exc
 
             return get_slice
+        folded = _negative_constant(node.arg)
+        if folded is not None:  # `messages[-1]`: a constant key, as Jinja2 folds it
+            node = n.Getitem(node.node, folded, lineno=node.lineno, column=node.column)
         if isinstance(node.node, n.Name) and isinstance(node.arg, n.Const):
             return self.getitem_of_name(node)
         if isinstance(node.arg, n.Const):
@@ -2123,6 +2131,9 @@ class Compiler:
         return unary
 
     def e_neg(self, node: n.Node) -> Expr:
+        folded = _negative_constant(node)
+        if folded is not None:  # `-1`: a constant, as Jinja2's optimizer makes it
+            return self.e_const(folded)
         return self._unary(node, operator.neg)
 
     def e_pos(self, node: n.Node) -> Expr:
@@ -2364,11 +2375,34 @@ def _constant(node: n.Node) -> Any:
     return node.value if isinstance(node, n.Const) else MISSING
 
 
-def _fresh(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any]:
-    """A frame's starting variables: its store-first names are undefined (see symbols.py)."""
+def _negative_constant(node: n.Node) -> Optional[n.Node]:
+    """``-<number>`` as one Const node (Jinja2 folds it while compiling), else None."""
+    if type(node) is n.Neg and type(node.node) is n.Const and \
+            type(node.node.value) in (int, float):
+        return n.Const(-node.node.value, lineno=node.lineno, column=node.column)
+    return None
+
+
+#: The engine's undefined classes: their values never change once made, so a frame's
+#: starting undefined values are made once per class and names and shared (see _fresh).
+_IMMUTABLE_UNDEFINED = (Undefined, ChainableUndefined, StrictUndefined)
+_FRESH_VALUES: Dict[Tuple[Any, Tuple[str, ...]], Dict[str, Any]] = {}
+
+
+def fresh_variables(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any]:
+    """A frame's starting variables: its store-first names are undefined (see symbols.py).
+    A new dict every time (callers add to it); the values in it made once when they can."""
     if not names:
         return {}
     undefined = ctx.undefined
+    if undefined in _IMMUTABLE_UNDEFINED:
+        key = (undefined, names)
+        values = _FRESH_VALUES.get(key)
+        if values is None:
+            if len(_FRESH_VALUES) >= 4096:  # templates come and go: keep it bounded
+                _FRESH_VALUES.clear()
+            values = _FRESH_VALUES[key] = {name: undefined(name=name) for name in names}
+        return dict(values)
     return {name: undefined(name=name) for name in names}
 
 

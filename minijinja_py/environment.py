@@ -19,6 +19,7 @@ from . import deadline as _deadline
 from . import limits as _limits
 from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
+from .compiler import fresh_variables
 from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
@@ -309,8 +310,8 @@ class Template:
         ctx = context_class(env, out, track_spans)
         root_code, fresh, blocks = compiled if compiled is not None else \
             (self._root, self._fresh, self._blocks)
-        for fresh_name in fresh:
-            variables[fresh_name] = env.undefined(name=fresh_name)
+        if fresh:
+            variables.update(fresh_variables(fresh, ctx))
         root = Scope(variables, Scope(env.globals, None, ctx), ctx)
         if blocks and "self" not in variables:  # `self.name()` renders a block again
             variables["self"] = TemplateReference(blocks, root)

@@ -97,6 +97,9 @@ CASES = [
     "{% for i in items %}{{ i|trim }}{% endfor %}",
     "{% for m in messages %}{{ ('  ' ~ m.role * 30 ~ '  ')|trim|upper|length }}"
     "{{ (m.role * 30)|trim|lower|length }}{% endfor %}",
+    # negative numbers are constants (as Jinja2 folds them), keys too
+    "{% for m in messages %}{{ messages[-1].role }}{{ items[-2] }}{{ items[-9] }}{{ -1 }}"
+    "{{ -1.5 }}{{ -(2) }}{{ - 1 ** 2 }}{{ -true }}{{ loop.index0 - -1 }}{% endfor %}",
     # bodies that assign: generated whole, iteration variables cleared each time
     "{% for m in messages %}{% if loop.index0 == 1 %}{% set seen = m.role %}{% endif %}"
     "{{ seen is defined }}{% endfor %}",
@@ -316,3 +319,24 @@ def test_a_filter_of_the_users_is_never_inlined(hot_after: str) -> None:
     source = "{% for m in messages %}{{ m.role|trim }}{{ m.role|length }}{% endfor %}"
     assert env.from_string(source).render(**DATA) == \
         "<system>many<user>many<assistant>many<user>many<tool>many"
+
+
+@pytest.mark.parametrize("source", [
+    "{% for m in messages %}{{ m.role }},{{ items[9] }}{% endfor %}",
+    "{% for m in messages %}{{ m.role }}{% if m.content is string %}{{ m.content|trim }}"
+    "{% continue %}{% endif %}{{ items['x'] }}{% endfor %}",
+])
+def test_a_loop_over_the_step_limit_never_ends_quietly(source: str, hot_after: str) -> None:
+    """Work charged on top of a loop's iterations (slow lookups) can pass the limit midway:
+    whatever the budget, the render gives the whole output or the limit's error, never the
+    output of the iterations run so far (the generated loop stopped there once)."""
+    whole = mj.chat_environment().from_string(source).render(**DATA)
+    outcomes = set()
+    for max_steps in range(20, 400, 3):
+        env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
+        try:
+            assert env.from_string(source).render(**DATA) == whole
+            outcomes.add("whole")
+        except mj.LimitExceededError:
+            outcomes.add("refused")
+    assert outcomes == {"whole", "refused"}
