@@ -20,6 +20,7 @@ from minijinja_py import compiler
 import test_chat_corpus
 import test_conformance
 import test_corpus
+from corpus_support import expected, template_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 import reference_jinja2  # noqa: E402  # the Jinja2 reference (a test dependency)
@@ -139,3 +140,46 @@ def test_bodies_nested_deeper_than_python_blocks_still_render() -> None:
     source = ("{% for i in range(3) %}" + "{% if i is number %}" * depth + "{{ i }}"
               + "{% endif %}" * depth + "{% endfor %}")
     assert _render(source) == "012"
+
+
+def _fits(source: str, data: dict, max_steps: int, hot: bool,
+          monkeypatch: pytest.MonkeyPatch) -> bool:
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
+    monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
+    env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
+    try:
+        env.from_string(source).render(**data)
+        return True
+    except mj.LimitExceededError:
+        return False
+
+
+def _smallest_budget(source: str, data: dict, hot: bool,
+                     monkeypatch: pytest.MonkeyPatch) -> int:
+    low, high = 0, 1 << 22
+    assert _fits(source, data, high, hot, monkeypatch)
+    while low < high:
+        middle = (low + high) // 2
+        if _fits(source, data, middle, hot, monkeypatch):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+# a long conversation (loops), and tool calls (tool schemas, macros) where templates take them
+_BUDGET_PAIRS = [(slug, context) for slug, context in test_corpus._PAIRS
+                 if context in ("long_multi_turn", "tool_use")
+                 and expected("goldens-jinja", slug, context)[1] is None]
+
+
+@pytest.mark.parametrize("slug,context", _BUDGET_PAIRS,
+                         ids=[f"{s}/{c}" for s, c in _BUDGET_PAIRS])
+def test_corpus_templates_need_the_same_steps_on_both_paths(
+        slug: str, context: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real templates, rendered with everything generated and with closures only, fit in the
+    same smallest step budget, and below it both refuse (a generated loop once stopped
+    quietly where the closures' raised)."""
+    source, data = template_source(slug), test_corpus._CONTEXTS[context]
+    assert _smallest_budget(source, data, True, monkeypatch) == \
+        _smallest_budget(source, data, False, monkeypatch)
