@@ -33,6 +33,8 @@ HOT_CALLS = 16
 #: functions costs more than it saves.
 MAX_LINES = 400
 MAX_DEPTH = 12
+# Lines of a generated loop around its body, at most (what MAX_LINES leaves for the body)
+_LOOP_HEADER_LINES = 20
 
 
 def _located(exc: BaseException, node: Any) -> TemplateError:
@@ -159,33 +161,59 @@ class _Writer:
         self.reads.append((obj, is_dict, k, fallback))
         return f"\x00{len(self.reads) - 1}\x00"
 
-    def resolve_reads(self) -> List[str]:
-        """Put the reads back into the lines written (placeholders of dict_read); returns the
-        lines that read the keys read more than once, to run as each iteration starts."""
+    def resolve_reads(self) -> None:
+        """Put the reads back into the lines written (placeholders of dict_read).
+
+        Keys read more than once per iteration are read as it starts. When the items hold
+        all of them (the common case), the body runs with those values as they are;
+        otherwise a second copy of the body runs, where each read of a missing key (or of an
+        item that is not a dict) takes the sandbox path. Without such keys, one copy.
+        The lines become the iteration's whole body."""
         uses: Dict[Tuple[str, str], int] = {}
         for obj, _, k, _ in self.reads:
             uses[(obj, k)] = uses.get((obj, k), 0) + 1
-        early: Dict[Tuple[str, str], str] = {}
-        setup: List[str] = []
+        early: Dict[Tuple[str, str], Tuple[str, str]] = {}  # (obj, key) -> (name, is_dict)
         for obj, is_dict, k, _ in self.reads:
             if uses[(obj, k)] > 1 and (obj, k) not in early:
-                name = early[(obj, k)] = f"_r{len(early)}"
-                setup.append(f"{name} = {obj}.get({k}, _M) if {is_dict} else _M")
+                early[(obj, k)] = (f"_r{len(early)}", is_dict)
+        if not self.reads:
+            return
+        import re
 
-        def resolved(match: Any) -> str:
-            obj, is_dict, k, fallback = self.reads[int(match.group(1))]
-            name = early.get((obj, k))
-            if name is None:
-                return f"({obj}[{k}] if {is_dict} and {k} in {obj} else {fallback})"
-            return f"({name} if {name} is not _M else {fallback})"
+        placeholder = re.compile("\x00([0-9]+)\x00")
+        depth = "    " * 2  # the lines are at the iteration's depth; each copy goes one deeper
 
-        if self.reads:
-            import re
+        def resolve(all_present: bool) -> List[str]:
+            def resolved(match: Any) -> str:
+                obj, is_dict, k, fallback = self.reads[int(match.group(1))]
+                found = early.get((obj, k))
+                if found is None:
+                    return f"({obj}[{k}] if {is_dict} and {k} in {obj} else {fallback})"
+                name = found[0]
+                return name if all_present else f"({name} if {name} is not _M else {fallback})"
 
-            placeholder = re.compile("\x00([0-9]+)\x00")
-            self.lines = [placeholder.sub(resolved, line) if "\x00" in line else line
-                          for line in self.lines]
-        return setup
+            return [placeholder.sub(resolved, line) if "\x00" in line else line
+                    for line in self.lines]
+
+        if not early or 2 * len(self.lines) + _LOOP_HEADER_LINES > MAX_LINES:
+            # no key read twice, or a body too long to write twice: one copy, each read of
+            # a key read early checking that it was there
+            self.lines = [f"{depth}{name} = {obj}.get({k}, _M) if {is_dict} else _M"
+                          for (obj, k), (name, is_dict) in early.items()] + resolve(False)
+            return
+        checks = []
+        for (obj, k), (_, is_dict) in early.items():
+            if is_dict not in checks:
+                checks.append(is_dict)
+            checks.append(f"{k} in {obj}")
+        fast = [f"{depth}if {' and '.join(checks)}:"]
+        fast += [f"{depth}    {name} = {obj}[{k}]" for (obj, k), (name, _) in early.items()]
+        fast += ["    " + line for line in resolve(True)]
+        fast += [f"{depth}else:"]
+        fast += [f"{depth}    {name} = {obj}.get({k}, _M) if {is_dict} else _M"
+                 for (obj, k), (name, is_dict) in early.items()]
+        fast += ["    " + line for line in resolve(False)]
+        self.lines = fast
 
     def ref(self, obj: Any) -> str:
         """Code for ``obj`` in the generated code: a literal for a plain str or a small
@@ -585,13 +613,16 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
     """``{{ a + b + ... }}``: while the operands are str (evaluated strictly left to right),
     they go to the output together; the first operand that is not a str hands over to the
     closure's own ``finish`` (Python's `+`), after the str pieces before it are put in the
-    output as the closure puts them (``finish`` folds them back into the sum)."""
+    output as the closure puts them (``finish`` folds them back into the sum).
+
+    Written as ``if``/``elif`` on each operand in turn (evaluated in its condition), the
+    output of the sum in the final ``else``."""
     _, parts, finish, too_big = spec
     size = w.temporary()
     static = 0
     sizes = []
     pieces: List[Tuple[bool, str]] = []
-    w.line(depth, "while True:")
+    keyword = "if"
     for text, variable, key, operand, position in parts:
         if text is not None:
             pieces.append((True, text))
@@ -604,27 +635,28 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
             if is_dict is None:
                 obj = w.temporary()
                 is_dict = f"type({obj} := vars[{variable!r}]) is dict"
-                w.line(depth + 1, f"{value} = ({obj}[{k}] if {is_dict} and {k} in {obj} else "
-                                  f"{w.ref(operand)}(scope))")
+                read = f"({obj}[{k}] if {is_dict} and {k} in {obj} else {w.ref(operand)}(scope))"
             else:
-                w.line(depth + 1, f"{value} = "
-                                  f"{w.dict_read(obj, is_dict, key, w.ref(operand) + '(scope)')}")
+                read = w.dict_read(obj, is_dict, key, w.ref(operand) + "(scope)")
         else:
-            w.line(depth + 1, f"{value} = {_expr(w, operand)}")
-        w.line(depth + 1, f"if type({value}) is not str:")
+            read = _expr(w, operand)
+        w.line(depth, f"{keyword} type({value} := {read}) is not str:")
+        keyword = "elif"
         if pieces:
-            w.line(depth + 2, f"out.extend({_pieces_tuple(pieces)})")
-        w.line(depth + 2, f"{w.ref(finish)}(scope, out, len(out) - {len(pieces)}, {position}, "
+            w.line(depth + 1, f"out.extend({_pieces_tuple(pieces)})")
+        w.line(depth + 1, f"{w.ref(finish)}(scope, out, len(out) - {len(pieces)}, {position}, "
                           f"{value})")
-        w.line(depth + 2, "break")
         pieces.append((False, value))
         sizes.append(f"len({value})")
-    w.line(depth + 1, f"{size} = {' + '.join([str(static)] + sizes)}")
-    w.line(depth + 1, f"ctx.output_size += {size}")
-    w.line(depth + 1, f"if {size} > 1000000:")
-    w.line(depth + 2, f"{w.ref(too_big)}(ctx, {size})")
-    _emit(w, depth + 1, pieces)
-    w.line(depth + 1, "break")
+    inner = depth
+    if keyword == "elif":
+        w.line(depth, "else:")
+        inner = depth + 1
+    w.line(inner, f"{size} = {' + '.join([str(static)] + sizes)}")
+    w.line(inner, f"ctx.output_size += {size}")
+    w.line(inner, f"if {size} > 1000000:")
+    w.line(inner + 1, f"{w.ref(too_big)}(ctx, {size})")
+    _emit(w, inner, pieces)
 
 
 def _may_rebind(closure: Any) -> bool:
@@ -744,7 +776,7 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     w.loop_parameter = uses_loop
     w.caching_reads = stable_items and w.hoisting
     _statement(w, body, 2)
-    early_reads = w.resolve_reads()
+    w.resolve_reads()
     lines = w.lines
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
@@ -759,8 +791,6 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     for name, (value, is_dict) in w.hoisted.items():
         w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
         w.line(2, f"{is_dict} = type({value}) is dict")
-    for line in early_reads:
-        w.line(2, line)
     w.lines.extend(lines)
     if w.loop_refund:
         w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")

@@ -340,3 +340,33 @@ def test_a_loop_over_the_step_limit_never_ends_quietly(source: str, hot_after: s
         except mj.LimitExceededError:
             outcomes.add("refused")
     assert outcomes == {"whole", "refused"}
+
+
+def test_items_lacking_a_key_read_early_take_the_general_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop reading keys early runs its body as written for items that hold them all, and a
+    second copy (each read checked, the sandbox path for a missing key) for the others; a
+    body too long to write twice is written once, with the checks."""
+    from minijinja_py import codegen
+
+    made = []
+    original = compiler.generate_loop
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        made.append(original(*args))
+        return made[-1]
+
+    monkeypatch.setattr(compiler, "generate_loop", spy)
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    source = ("{% for m in messages %}{% if m.n %}{{ m.role + ':' + m.n|string }}"
+              "{% elif m.role == 'user' %}{{ m.role|upper }}{% endif %}{% endfor %}")
+    expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
+    assert mj.chat_environment().from_string(source).render(**DATA) == expected
+    two_copies = made[-1].source
+    assert "if _d0 and 'n' in _o0 and 'role' in _o0:" in two_copies
+    assert "_r0 = _o0.get('n', _M) if _d0 else _M" in two_copies
+    lines = len([line for line in two_copies.splitlines() if line.strip()])
+    monkeypatch.setattr(codegen, "MAX_LINES", lines - 5)
+    assert mj.chat_environment().from_string(source).render(**DATA) == expected
+    one_copy = made[-1].source
+    assert "if _d0 and" not in one_copy and "_r0 = _o0.get('n', _M)" in one_copy
