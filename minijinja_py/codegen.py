@@ -506,8 +506,9 @@ def _condition(w: _Writer, closure: Any, node: Any) -> str:
         # `==` gives a bool for anything a template can hold: Python's `if` tests it as is
         return _expr(w, closure)
     value = w.temporary()
-    return (f"(({value} := {_expr(w, closure)}) is True or ({value} is not False and "
-            f"({value} != '' if type({value}) is str else _truthy({value}, {w.ref(node)}))))")
+    # a str first (message contents, roles), then booleans, then bool() located at the node
+    return (f"(({value} != '') if type({value} := {_expr(w, closure)}) is str else "
+            f"({value} is True or ({value} is not False and _truthy({value}, {w.ref(node)}))))")
 
 
 # -- statements -----------------------------------------------------------------------------
