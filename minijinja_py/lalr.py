@@ -493,11 +493,19 @@ def main() -> None:  # pragma: no cover - developer tool
     from .parser import START_SYMBOLS
 
     data = build_tables(read_grammar(), START_SYMBOLS)
-    text = pprint.pformat(data, width=100, compact=True, sort_dicts=True)
+    lines = ['"""LALR tables of grammar/jinja.lark, written by ``python -m minijinja_py.lalr``:',
+             'do not edit (a rule or a state a line)."""', "", "TABLES = {"]
+    for key in sorted(data):
+        value = data[key]
+        if type(value) is list:  # rules and states: one a line
+            lines.append(f"    {key!r}: [")
+            lines.extend(f"        {pprint.saferepr(item)}," for item in value)
+            lines.append("    ],")
+        else:
+            lines.append(f"    {key!r}: {pprint.saferepr(value)},")
+    lines.append("}")
     with open(tables_path(), "w", encoding="utf-8") as handle:
-        handle.write('"""LALR tables of grammar/jinja.lark, written by '
-                     '``python -m minijinja_py.lalr``: do not edit."""\n\n')
-        handle.write(f"TABLES = {text}\n")
+        handle.write("\n".join(lines) + "\n")
     print(f"wrote {tables_path()}: {len(data['states'])} states, {len(data['rules'])} rules")
 
 

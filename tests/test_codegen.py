@@ -21,6 +21,7 @@ import test_chat_corpus
 import test_conformance
 import test_corpus
 from corpus_support import expected, template_source
+from test_codegen_expressions import smallest_budget, spy_on
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 import reference_jinja2  # noqa: E402  # the Jinja2 reference (a test dependency)
@@ -54,14 +55,7 @@ def _render(source: str, **data: object) -> str:
 
 
 def test_a_typical_message_loop_is_generated(monkeypatch: pytest.MonkeyPatch) -> None:
-    made = []
-    original = compiler.generate_loop
-
-    def spy(*args):  # type: ignore[no-untyped-def]
-        made.append(original(*args))
-        return made[-1]
-
-    monkeypatch.setattr(compiler, "generate_loop", spy)
+    made = spy_on(monkeypatch, "generate_loop")
     template = mj.chat_environment().from_string(
         "{% for m in messages %}{% if m.role == 'user' or m['role'] == 'system' %}"
         "{{ m['content'] }}{% elif 'tool_calls' in m and m.tool_calls %}T{% endif %}{% endfor %}")
@@ -73,14 +67,7 @@ def test_a_typical_message_loop_is_generated(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_loop_bodies_that_are_not_simple_are_generated_on_their_own(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    made = []
-    original = compiler.generate_body
-
-    def spy(body):  # type: ignore[no-untyped-def]
-        made.append(original(body))
-        return made[-1]
-
-    monkeypatch.setattr(compiler, "generate_body", spy)
+    made = spy_on(monkeypatch, "generate_body")
     # `set` in the body and a tuple target: the general loop, with a generated body
     source = ("{% for k, v in pairs %}{% set x = v %}{% if k == 'a' %}{{ x }}{% endif %}"
               "{% endfor %}")
@@ -142,31 +129,6 @@ def test_bodies_nested_deeper_than_python_blocks_still_render() -> None:
     assert _render(source) == "012"
 
 
-def _fits(source: str, data: dict, max_steps: int, hot: bool,
-          monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
-    monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
-    env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
-    try:
-        env.from_string(source).render(**data)
-        return True
-    except mj.LimitExceededError:
-        return False
-
-
-def _smallest_budget(source: str, data: dict, hot: bool,
-                     monkeypatch: pytest.MonkeyPatch) -> int:
-    low, high = 0, 1 << 22
-    assert _fits(source, data, high, hot, monkeypatch)
-    while low < high:
-        middle = (low + high) // 2
-        if _fits(source, data, middle, hot, monkeypatch):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 # a long conversation (loops), and tool calls (tool schemas, macros) where templates take them
 _BUDGET_PAIRS = [(slug, context) for slug, context in test_corpus._PAIRS
                  if context in ("long_multi_turn", "tool_use")
@@ -181,5 +143,5 @@ def test_corpus_templates_need_the_same_steps_on_both_paths(
     same smallest step budget, and below it both refuse (a generated loop once stopped
     quietly where the closures' raised)."""
     source, data = template_source(slug), test_corpus._CONTEXTS[context]
-    assert _smallest_budget(source, data, True, monkeypatch) == \
-        _smallest_budget(source, data, False, monkeypatch)
+    assert smallest_budget(source, data, True, monkeypatch) == \
+        smallest_budget(source, data, False, monkeypatch)

@@ -141,12 +141,13 @@ def test_inline_paths_match_jinja2(source: str, hot_after: str) -> None:
         assert got == expected
 
 
-def _fits(source: str, max_steps: int, hot: bool, monkeypatch: pytest.MonkeyPatch) -> bool:
+def _fits(source: str, data: Dict[str, Any], max_steps: int, hot: bool,
+          monkeypatch: pytest.MonkeyPatch) -> bool:
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
     monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
     env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
     try:
-        env.from_string(source).render(**DATA)
+        env.from_string(source).render(**data)
         return True
     except mj.LimitExceededError:
         return False
@@ -154,23 +155,39 @@ def _fits(source: str, max_steps: int, hot: bool, monkeypatch: pytest.MonkeyPatc
         return True  # fails for another reason: within the budget up to that point
 
 
-def _smallest_budget(source: str, hot: bool, monkeypatch: pytest.MonkeyPatch) -> int:
-    low, high = 0, 1 << 20
-    assert _fits(source, high, hot, monkeypatch)
+def smallest_budget(source: str, data: Dict[str, Any], hot: bool,
+                    monkeypatch: pytest.MonkeyPatch) -> int:
+    """The smallest ``max_steps`` rendering ``source`` fits in, with everything generated
+    (``hot``) or with closures only."""
+    low, high = 0, 1 << 22
+    assert _fits(source, data, high, hot, monkeypatch)
     while low < high:
         middle = (low + high) // 2
-        if _fits(source, middle, hot, monkeypatch):
+        if _fits(source, data, middle, hot, monkeypatch):
             high = middle
         else:
             low = middle + 1
     return low
 
 
+def spy_on(monkeypatch: pytest.MonkeyPatch, name: str) -> list:
+    """Every function ``compiler.<name>`` (a code generator) returns, as it returns them."""
+    made: list = []
+    original = getattr(compiler, name)
+
+    def spy(*args: Any) -> Any:
+        made.append(original(*args))
+        return made[-1]
+
+    monkeypatch.setattr(compiler, name, spy)
+    return made
+
+
 @pytest.mark.parametrize("source", CASES)
 def test_generated_code_charges_the_same_steps(source: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _smallest_budget(source, True, monkeypatch) == \
-        _smallest_budget(source, False, monkeypatch)
+    assert smallest_budget(source, DATA, True, monkeypatch) == \
+        smallest_budget(source, DATA, False, monkeypatch)
 
 
 def test_direct_attributes_are_what_the_sandbox_answers() -> None:
@@ -192,14 +209,7 @@ def test_direct_attributes_are_what_the_sandbox_answers() -> None:
 
 
 def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    made = []
-    original = compiler.generate_charging_loop
-
-    def spy(*args):  # type: ignore[no-untyped-def]
-        made.append(original(*args))
-        return made[-1]
-
-    monkeypatch.setattr(compiler, "generate_charging_loop", spy)
+    made = spy_on(monkeypatch, "generate_charging_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
     source = "{% for m in messages %}{% set c = m.role + '!' %}{{ c }}{% endfor %}"
     assert mj.chat_environment().from_string(source).render(**DATA) == \
@@ -290,14 +300,7 @@ def test_keys_are_read_again_after_user_code(source: str, hot_after: str) -> Non
 
 
 def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
-    made = []
-    original = compiler.generate_loop
-
-    def spy(*args):  # type: ignore[no-untyped-def]
-        made.append(original(*args))
-        return made[-1]
-
-    monkeypatch.setattr(compiler, "generate_loop", spy)
+    made = spy_on(monkeypatch, "generate_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
     stable = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
              "{{ m.content }}{% endfor %}"
@@ -349,14 +352,7 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     body too long to write twice is written once, with the checks."""
     from minijinja_py import codegen
 
-    made = []
-    original = compiler.generate_loop
-
-    def spy(*args):  # type: ignore[no-untyped-def]
-        made.append(original(*args))
-        return made[-1]
-
-    monkeypatch.setattr(compiler, "generate_loop", spy)
+    made = spy_on(monkeypatch, "generate_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
     source = ("{% for m in messages %}{% if m.n %}{{ m.role + ':' + m.n|string }}"
               "{% elif m.role == 'user' %}{{ m.role|upper }}{% endif %}{% endfor %}")
