@@ -110,7 +110,7 @@ class _Writer:
         # ``stable_items``): reads of a hoisted dict's constant keys, as placeholders until
         # the body is written (see dict_read and resolve_reads).
         self.caching_reads = False
-        self.reads: List[Tuple[str, str, str, str]] = []  # (value, is_dict, key, fallback)
+        self.reads: List[Tuple[str, str, str, str]] = []  # (obj, is_dict, key, fallback) code
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""

@@ -2148,7 +2148,7 @@ _NESTING = (list, tuple, dict)
 
 # What a loop needs to know about its body (Compiler.body_facts), as bits. _CALLS: a call or
 # a filter block, which may run code the user supplied; _FILTERS_OR_TESTS: a filter or a test,
-# which may too, when the environment's table holds the user's (Compiler.stable_items).
+# which may too, when the environment's table holds the user's (see _stable_items).
 _MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8
 _CALLS, _FILTERS_OR_TESTS = 16, 32
 # Not for loops: a subscript by a slice inside (where Jinja2's compile-time folding can differ
