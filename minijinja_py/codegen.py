@@ -9,9 +9,9 @@ semantics: each closure carries a ``spec`` describing its own fast path (attache
 compiler creates it), and the code below reproduces exactly that fast path and falls back to
 the same slow path the closure takes. Closures without a spec are simply called.
 
-The function is built once the loop has run its body :data:`HOT_ITERATIONS` times, over all
+The function is built once the loop has run its body ``compiler.HOT_ITERATIONS`` times, over all
 renders of the compiled template: often enough to pay for ``compile()``, and never in a cold
-start rendering a short conversation.
+start rendering a short conversation (the compiler imports this module only then).
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .budget import CHARS_SHIFT
 from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING
+from .runtime import MISSING, to_text
 from .tests import TYPE_TESTS
 
-#: A loop body is compiled to Python once it has run this many times (over all renders).
-HOT_ITERATIONS = 40
-#: A template's own body, a macro's or a block's, once it has run this many times.
-HOT_CALLS = 16
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
 #: functions costs more than it saves.
 MAX_LINES = 400
@@ -49,20 +45,6 @@ def _truthy(value: Any, node: Any) -> bool:
         return bool(value)
     except Exception as exc:
         raise _located(exc, node) from exc
-
-
-_PRINTS_SMALL = frozenset({int, float, bool, type(None)})
-
-
-def to_text(value: Any) -> str:
-    """``str(value)`` for output and ``~``; anything that may hold data (containers and
-    their subclasses, dict views, namespaces, cyclers) is size-checked first, since a list
-    holding one long string many times prints far larger than it is in memory."""
-    if type(value) not in _PRINTS_SMALL:
-        from .filters import check_str_size
-
-        check_str_size(value)
-    return str(value)
 
 
 def _text(value: Any, node: Any) -> str:

@@ -29,10 +29,6 @@ from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateErr
                          TemplateRuntimeError, TemplateSyntaxError, TemplateTypeError,
                          wrap_python_error)
 from .arith import apply as arith_apply
-from .codegen import (HOT_CALLS, HOT_ITERATIONS, generate as generate_body,
-                      generate_charging_loop, generate_loop)
-from .constfold import FOLDED_KINDS, fold_printed, has_safe_repr
-from .codegen import to_text as _to_text
 from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                      FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
                      SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
@@ -42,8 +38,33 @@ from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .sandbox import DIRECT_ATTRIBUTES
 from .runtime import (MISSING, BoundMethod, ChainableUndefined, LoopContext, Macro, Namespace,
-                      StrictUndefined, Undefined,
+                      StrictUndefined, Undefined, to_text as _to_text,
                       unsafe_undefined, wants_environment)
+
+#: A loop body is compiled to Python (codegen.py) once it has run this many times (over all
+#: renders).
+HOT_ITERATIONS = 40
+#: A template's own body, a macro's or a block's, once it has run this many times.
+HOT_CALLS = 16
+
+
+# codegen.py (and compile()) only once something is hot: a cold start never imports it
+def generate_body(body: Any) -> Any:
+    from .codegen import generate
+
+    return generate(body)
+
+
+def generate_loop(*args: Any) -> Any:
+    from .codegen import generate_loop as generate
+
+    return generate(*args)
+
+
+def generate_charging_loop(*args: Any) -> Any:
+    from .codegen import generate_charging_loop as generate
+
+    return generate(*args)
 
 BREAK = "break"
 CONTINUE = "continue"
@@ -306,7 +327,7 @@ class Compiler:
         return found
 
     def expr(self, node: n.Node) -> Expr:
-        if self.facts.get(id(node), 0) & _OVER_SLICE and type(node) in FOLDED_KINDS:
+        if self.facts.get(id(node), 0) & _OVER_SLICE and type(node) in _folded_kinds():
             folded = self.constant(node)
             if folded is not None:
                 return folded
@@ -316,6 +337,8 @@ class Compiler:
         """Jinja2 folds an expression made of constants while compiling, where its value
         can be written as a constant: with a slice inside, that value can differ from the
         render-time one (see constfold.py), so it is taken here."""
+        from .constfold import fold_printed, has_safe_repr
+
         value = fold_printed(node, self.env, self.join_text)
         if value is MISSING or not has_safe_repr(value):
             return None
@@ -432,6 +455,8 @@ class Compiler:
         constfold.py), else None."""
         if not self.facts.get(id(node), 0) & _OVER_SLICE:
             return None
+        from .constfold import fold_printed
+
         value = fold_printed(node, self.env, self.join_text)
         if value is MISSING:
             return None
@@ -2184,6 +2209,13 @@ def _own_facts(node: n.Node) -> int:
     if kind is n.Getitem and type(node.arg) is n.Slice:
         return _OVER_SLICE
     return 0
+
+
+def _folded_kinds() -> frozenset:
+    """constfold.FOLDED_KINDS (that module is imported only for templates with a slice)."""
+    from .constfold import FOLDED_KINDS
+
+    return FOLDED_KINDS
 
 
 def _stable_items(env: Any, statements: List[n.Node], facts: int) -> bool:

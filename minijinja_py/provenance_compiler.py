@@ -23,7 +23,7 @@ import copy
 
 from . import nodes as n
 from .arith import apply as arith_apply
-from .codegen import to_text as _to_text
+from .runtime import to_text as _to_text
 from .compiler import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
 from .limits import check_string_size

@@ -13,6 +13,21 @@ if TYPE_CHECKING:  # pragma: no cover
 from .exceptions import SecurityError, TemplateRuntimeError, UndefinedError
 
 
+#: Values whose printed form is short whatever they hold (nothing to size-check first).
+_PRINTS_SMALL = frozenset({int, float, bool, type(None)})
+
+
+def to_text(value: Any) -> str:
+    """``str(value)`` for output and ``~``; anything that may hold data (containers and
+    their subclasses, dict views, namespaces, cyclers) is size-checked first, since a list
+    holding one long string many times prints far larger than it is in memory."""
+    if type(value) not in _PRINTS_SMALL:
+        from .filters import check_str_size
+
+        check_str_size(value)
+    return str(value)
+
+
 class _Missing:
     __slots__ = ()
 

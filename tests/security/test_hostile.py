@@ -309,7 +309,7 @@ def test_random_and_lipsum_leave_the_hosts_random_state_alone() -> None:
 
 def test_renders_of_one_template_from_many_threads_agree() -> None:
     """Item 7 of the issue: 8 threads render one template at once, its loops turning into
-    generated code mid-run (codegen.HOT_ITERATIONS); every output is the single-thread one."""
+    generated code mid-run (compiler.HOT_ITERATIONS); every output is the single-thread one."""
     env = mj.chat_environment()
     template = env.from_string(
         "{% set ns = namespace(total=0, parts=[]) %}"
