@@ -46,16 +46,9 @@ from .runtime import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner, 
 # ---------------------------------------------------------------------------------------------
 
 def _python_type_name(value: Any) -> str:
-    """The type name Jinja2's error messages would show for ``value``.
-
-    A LazySequence stands for a generator, except the ones ``reverse`` makes, which are
-    labelled with the Python reverse iterator's own type name (``list_reverseiterator``...).
-    """
+    """The type name Jinja2's error messages would show for ``value``."""
     if isinstance(value, LazySequence):
-        label = getattr(value, "_label", "")
-        if label == "reversed" or label.endswith("iterator"):
-            return label
-        return "generator"
+        return value.shown_type()
     if isinstance(value, BoundMethod):
         return "builtin_function_or_method"
     return type(value).__name__

@@ -463,8 +463,20 @@ class LazySequence:
     def __next__(self) -> Any:
         return next(self._iterator)
 
+    def shown_type(self) -> str:
+        """The type Jinja2 shows for it: ``reverse``'s are Python's reverse iterators
+        (``reversed``, ``list_reverseiterator``...), labelled with that type's name; the
+        others are generators, labelled with the function that made them."""
+        label = self._label
+        if label == "reversed" or label.endswith("iterator"):
+            return label
+        return "generator"
+
     def __repr__(self) -> str:
-        return f"<generator object {self._label}>"
+        shown = self.shown_type()
+        if shown == "generator":
+            return f"<generator object {self._label}>"
+        return f"<{shown} object>"
 
 
 class TemplateReference:
