@@ -381,7 +381,7 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
                                                 for position, _ in tests])
     code = (f"({total} if {lengths} < 1000000 and "
             f"(({built} := {built_sum}) < _CHARGED_FROM or "
-            f"{w.ref(charge_built)}(scope, {built})) and "
+            f"{w.ref(charge_built)}(scope, {built} >> {CHARS_SHIFT})) and "
             f"(({total} := {' + '.join(values)}),) else {evaluated})")
     for position, test in reversed(tests):
         so_far = f"{w.ref(add_evaluated)}(({', '.join(values[:position + 1])},), scope)"
@@ -419,7 +419,8 @@ def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) 
             f"(type({b} := {right_code}) is int) and -_BIG < ({result} := {a} + {b}) < _BIG "
             f"else {result} if type({a}) is str and type({b}) is str and "
             f"(({size} := len({a}) + len({b})) < 1000000) and ({size} < _CHARGED_FROM or "
-            f"{w.ref(charge_built)}(scope, {size})) and (({result} := {a} + {b}),) "
+            f"{w.ref(charge_built)}(scope, {size} >> {CHARS_SHIFT})) and "
+            f"(({result} := {a} + {b}),) "
             f"else {w.ref(add_evaluated)}(({a}, {b}), scope))")
 
 

@@ -1673,16 +1673,9 @@ class Compiler:
         if method is None or filter_input_cost(name) is not size_cost:
             return None
 
-        def charge_filtered(scope: Scope, steps: int) -> bool:
-            """Charge what reading the str and building the result cost (both at once: the
-            filter cannot fail, so only the total matters) at the filter."""
-            ctx = scope.ctx
-            ctx.steps += steps
-            if ctx.steps > ctx.max_steps:
-                raise _locate(ctx.too_much_work(), node) from None
-            return True
-
-        return ("str_method", method, charge_filtered)
+        # what reading the str and building the result cost, charged at once (the filter
+        # cannot fail, so only the total matters)
+        return ("str_method", method, _step_charger(node))
 
     def e_test(self, node: n.Node) -> Expr:
         operand = self.expr(node.node)
@@ -1841,18 +1834,9 @@ class Compiler:
             one of them is not a str)."""
             return add_slowly(values[0], 0, scope, values[1:])
 
-        def charge_built(scope: Scope, built: int) -> bool:
-            """What add_slowly charges for ``built`` characters of strings built (ctx.charge,
-            written out: generated code calls this for nearly every sum)."""
-            ctx = scope.ctx
-            ctx.steps += built >> CHARS_SHIFT
-            if ctx.steps > ctx.max_steps:
-                raise _locate(ctx.too_much_work(), node) from None
-            return True
-
         add.spec = ("add", [(first_constant, first)] + [  # type: ignore[attr-defined]
             (constant, operand) for constant, operand, _, _, _ in steps],
-            add_evaluated, charge_built)
+            add_evaluated, _step_charger(node))  # charges what add_slowly charges
 
         # The operands for printing: runs of constant strings merged (valid while everything
         # before them is a str, which is the only time they are used), local lookups marked.
@@ -2313,6 +2297,20 @@ def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
     return slow
 
 
+def _step_charger(node: n.Node) -> Callable[[Scope, int], bool]:
+    """``charge(scope, steps)``: ctx.charge written out, a limit error located at ``node``,
+    True to sit inside a generated expression (which calls it for nearly every sum and
+    inline filter)."""
+    def charge(scope: Scope, steps: int) -> bool:
+        ctx = scope.ctx
+        ctx.steps += steps
+        if ctx.steps > ctx.max_steps:
+            raise _locate(ctx.too_much_work(), node) from None
+        return True
+
+    return charge
+
+
 def _charge(scope: Scope, steps: int, node: n.Node) -> None:
     """Charge work done at ``node`` (a limit error is located there)."""
     try:
@@ -2421,21 +2419,26 @@ _IMMUTABLE_UNDEFINED = (Undefined, ChainableUndefined, StrictUndefined)
 _FRESH_VALUES: Dict[Tuple[Any, Tuple[str, ...]], Dict[str, Any]] = {}
 
 
+def starting_undefined(names: Tuple[str, ...], undefined: Any) -> Dict[str, Any]:
+    """``names`` -> an ``undefined`` value each: made once per class and names when the values
+    never change (then shared: callers must not modify the dict)."""
+    if undefined not in _IMMUTABLE_UNDEFINED:
+        return {name: undefined(name=name) for name in names}
+    key = (undefined, names)
+    values = _FRESH_VALUES.get(key)
+    if values is None:
+        if len(_FRESH_VALUES) >= 4096:  # templates come and go: keep it bounded
+            _FRESH_VALUES.clear()
+        values = _FRESH_VALUES[key] = {name: undefined(name=name) for name in names}
+    return values
+
+
 def fresh_variables(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any]:
     """A frame's starting variables: its store-first names are undefined (see symbols.py).
-    A new dict every time (callers add to it); the values in it made once when they can."""
+    A new dict every time (callers add to it)."""
     if not names:
         return {}
-    undefined = ctx.undefined
-    if undefined in _IMMUTABLE_UNDEFINED:
-        key = (undefined, names)
-        values = _FRESH_VALUES.get(key)
-        if values is None:
-            if len(_FRESH_VALUES) >= 4096:  # templates come and go: keep it bounded
-                _FRESH_VALUES.clear()
-            values = _FRESH_VALUES[key] = {name: undefined(name=name) for name in names}
-        return dict(values)
-    return {name: undefined(name=name) for name in names}
+    return dict(starting_undefined(names, ctx.undefined))
 
 
 def _target_names(target: n.Node) -> List[n.Node]:

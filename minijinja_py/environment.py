@@ -19,7 +19,7 @@ from . import deadline as _deadline
 from . import limits as _limits
 from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
-from .compiler import fresh_variables
+from .compiler import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
@@ -311,7 +311,7 @@ class Template:
         root_code, fresh, blocks = compiled if compiled is not None else \
             (self._root, self._fresh, self._blocks)
         if fresh:
-            variables.update(fresh_variables(fresh, ctx))
+            variables.update(starting_undefined(fresh, env.undefined))
         root = Scope(variables, Scope(env.globals, None, ctx), ctx)
         if blocks and "self" not in variables:  # `self.name()` renders a block again
             variables["self"] = TemplateReference(blocks, root)
