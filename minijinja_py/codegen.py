@@ -554,6 +554,11 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         return
+    if kind == "define":  # a macro: made for this scope (cannot fail)
+        _, name, make, node = spec
+        w.mark(depth, f"macro {name}", node)
+        w.line(depth, f"vars[{name!r}] = {w.ref(make)}(scope)")
+        return
     if kind == "if":
         _, branches, else_, node = spec
         w.mark(depth, "if", node)

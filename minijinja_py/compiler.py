@@ -312,6 +312,7 @@ class Compiler:
             return body(scope, out)
 
         run_hot.spec = body.spec  # type: ignore[attr-defined]  # still inlined where nested
+        run_hot.hot_state = state  # type: ignore[attr-defined]  # a macro calls state[1] itself
         return run_hot
 
     def body_facts(self, statements: List[n.Node]) -> int:
@@ -643,6 +644,16 @@ class Compiler:
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
         def items_of(scope: Scope, value: Any) -> List[Any]:
+            kind = type(value)
+            if (kind is list or kind is tuple) and loop_filter is None:
+                # materialise() written out for the common case (an inner loop runs per
+                # message); anything over a limit takes the general path below, which raises
+                ctx = scope.ctx
+                size = len(value)
+                if size <= ctx.limits.max_collection_size and \
+                        ctx.steps + (size >> 1) <= ctx.max_steps:
+                    ctx.steps += size >> 1  # budget.ITEMS_SHIFT, as materialise charges
+                    return list(value)
             if isinstance(value, Undefined):
                 try:
                     iter(value)  # StrictUndefined raises here
@@ -745,9 +756,9 @@ class Compiler:
             if loop is not None:
                 variables["loop"] = loop
             max_output = ctx.max_output
-            hot = is_hot(len(items))
+            hot = bool(generated_loop) or is_hot(len(items))
             if hot:
-                looped = hot_loop()
+                looped = generated_loop[0] if generated_loop else hot_loop()
                 if looped is not None:
                     stopped = looped(inner, out, items, loop)
                     while stopped is not None:  # raises, or the loop goes on where it was
@@ -935,6 +946,7 @@ class Compiler:
             scope.vars[name] = make(scope)
 
         define_macro.rebinds = True  # type: ignore[attr-defined]
+        define_macro.spec = ("define", name, make, node)  # type: ignore[attr-defined]
         return define_macro
 
     def macro_factory(self, name: str, params: list, body_nodes: list,
@@ -961,14 +973,9 @@ class Compiler:
         # no defaults to evaluate, no caller, kwargs or varargs to collect.
         plain_parameters = not specials and not explicit_caller
 
-        # Defined once here, bound to each definition's scope with a partial: a template
-        # defining nine macros per render makes no closures per render.
-        def invoke(defining_scope: Scope, args: tuple, kwargs: dict) -> str:
-            ctx = defining_scope.ctx
-            if plain_parameters and not kwargs and len(args) == count:
-                local: Dict[str, Any] = fresh_variables(fresh, ctx) if fresh else {}
-                local.update(zip(arg_names, args))
-                return run(Scope(local, defining_scope, ctx), ctx)
+        def bind(defining_scope: Scope, ctx: RenderContext, args: tuple, kwargs: dict
+                 ) -> Scope:
+            """The macro's scope for any other call: defaults, keywords, the specials."""
             kwargs = dict(kwargs)
             local = fresh_variables(fresh, ctx)
             scope = Scope(local, defining_scope, ctx)
@@ -1004,25 +1011,57 @@ class Compiler:
             elif len(args) > count:
                 raise TypeError(
                     f"macro {shown_name!r} takes not more than {count} argument(s)")
-            return run(scope, ctx)
+            return scope
 
-        def run(scope: Scope, ctx: RenderContext) -> str:
-            """The macro's body in its bound scope: charged, depth-checked, captured."""
-            ctx.step(call_cost)
-            ctx.enter()
+        # the body's generated function once it is hot (see hot_switching), called directly
+        hot_state = getattr(body, "hot_state", None) or [0, None]
+
+        # Defined once here, bound to each definition's scope with a partial: a template
+        # defining nine macros per render makes no closures per render.
+        def invoke(defining_scope: Scope, args: tuple, kwargs: dict) -> str:
+            """Bind the arguments, then run the body charged, depth-checked and captured.
+
+            What ctx.step(call_cost), ctx.enter() and ctx.captured() do is written out here
+            (a template calls a macro per message, per tool parameter): the same checks in
+            the same order; where one fails, that method raises its own error."""
+            ctx = defining_scope.ctx
+            if plain_parameters and not kwargs and len(args) == count:
+                if fresh:
+                    local: Dict[str, Any] = fresh_variables(fresh, ctx)
+                    local.update(zip(arg_names, args))
+                else:
+                    local = dict(zip(arg_names, args))
+                scope = Scope(local, defining_scope, ctx)
+            else:
+                scope = bind(defining_scope, ctx, args, kwargs)
+            ctx.steps += call_cost
+            if ctx.steps > ctx.max_steps or ctx.output_size > ctx.max_output:
+                ctx.steps -= call_cost
+                ctx.step(call_cost)
+            ctx.depth += 1
+            if ctx.depth > ctx.limits.max_recursion:
+                ctx.depth -= 1
+                ctx.enter()
             try:
                 buffer: list = []
                 before = ctx.output_size
-                body(scope, buffer)
-                text = ctx.captured(buffer, before)
+                (hot_state[1] or body)(scope, buffer)
+                if ctx.output_size > ctx.max_output:
+                    ctx.check_output()
+                text = ctx.join(buffer)
+                ctx.output_size = before
+                ctx.steps += len(text) >> CHARS_SHIFT
+                if ctx.steps > ctx.max_steps:
+                    raise ctx.too_much_work()
                 # called inside `{% autoescape true %}`: its output is Markup (Jinja2)
                 return ctx.safe(text) if ctx.autoescape else text
             finally:
                 ctx.depth -= 1
 
+        signature = (shown_name, arg_names, catch_kwargs, catch_varargs, wants_caller)
+
         def make(defining_scope: Scope) -> Macro:
-            return Macro(shown_name, arg_names, catch_kwargs, catch_varargs, wants_caller,
-                         partial(invoke, defining_scope))
+            return Macro(signature, partial(invoke, defining_scope))
 
         return make
 

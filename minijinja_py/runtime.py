@@ -418,28 +418,36 @@ class LoopContext:
         return f"<LoopContext {self.index0 + 1}/{self.length}>"
 
 
+#: A macro definition's facts, the same for every Macro it makes: a tuple in this order
+#: (Jinja2's names for them; templates can read them).
+MACRO_SIGNATURE_FIELDS = ("name", "arguments", "catch_kwargs", "catch_varargs", "caller")
+
+
 class Macro:
-    """A macro (or the ``caller`` of a call block) bound to the scope it was defined in."""
+    """A macro (or the ``caller`` of a call block) bound to the scope it was defined in.
 
-    __slots__ = ("name", "arguments", "defaults", "catch_kwargs", "catch_varargs", "caller",
-                 "_invoke")
-    template_attributes = frozenset({"name", "arguments", "catch_kwargs", "catch_varargs",
-                                     "caller"})
+    A template defines its macros again every render (Jinja2 does too): making one is two
+    slots, its definition's shared signature and the call bound to its scope."""
 
-    def __init__(self, name: str, arguments: tuple, catch_kwargs: bool, catch_varargs: bool,
-                 caller: bool, invoke: Callable[[tuple, dict], str]) -> None:
-        self.name = name
-        self.arguments = arguments
-        self.catch_kwargs = catch_kwargs
-        self.catch_varargs = catch_varargs
-        self.caller = caller
+    __slots__ = ("_signature", "_invoke")
+    template_attributes = frozenset(MACRO_SIGNATURE_FIELDS)
+
+    def __init__(self, signature: tuple, invoke: Callable[[tuple, dict], str]) -> None:
+        self._signature = signature  # see MACRO_SIGNATURE_FIELDS
         self._invoke = invoke
+
+    name = property(lambda self: self._signature[0])
+    arguments = property(lambda self: self._signature[1])
+    catch_kwargs = property(lambda self: self._signature[2])
+    catch_varargs = property(lambda self: self._signature[3])
+    caller = property(lambda self: self._signature[4])
 
     def __call__(self, *args: Any, **kwargs: Any) -> str:
         return self._invoke(args, kwargs)
 
     def __repr__(self) -> str:
-        return "<Macro anonymous>" if self.name is None else f"<Macro {self.name!r}>"
+        name = self._signature[0]
+        return "<Macro anonymous>" if name is None else f"<Macro {name!r}>"
 
 
 class LazySequence:

@@ -110,6 +110,22 @@ CASES = [
     "{% for m in messages %}{% set x, y = m.role, loop.index %}{{ x }}{{ y }}{% endfor %}",
     "{% set ns = namespace(t='') %}{% for m in messages %}{% set k = m.role|upper %}"
     "{% set ns.t = ns.t + k %}{% endfor %}{{ ns.t }}",
+    # macros defined in generated code (per iteration too), their attributes, calls binding
+    # by position, with defaults, keywords, varargs and a caller
+    "{% macro f(x, y='-') %}{{ x }}{{ y }}{{ varargs }}{% endmacro %}"
+    "{% for m in messages %}{{ f(m.role) }}{{ f(m.role, y=loop.index) }}{{ f(1, 2, 3) }}"
+    "{% endfor %}{{ f.name }}{{ f.arguments }}{{ f.catch_varargs }}{{ f.catch_kwargs }}"
+    "{{ f.caller }}{{ f }}",
+    "{% for m in messages %}{% macro g(a) %}[{{ a }}{{ m.role }}]{% endmacro %}{{ g(loop.index) }}"
+    "{% endfor %}",
+    "{% macro w() %}<{{ caller(1) }}>{% endmacro %}{% for m in messages %}"
+    "{% call(n) w() %}{{ n }}{{ m.role }}{% endcall %}{% endfor %}",
+    "{% macro f(x) %}{{ x }}{% endmacro %}{% for m in messages %}{{ f(m.role, 2) }}{% endfor %}",
+    "{% macro f(x) %}{{ x }}{% endmacro %}{% for m in messages %}{{ f(z=1) }}{% endfor %}",
+    # inner loops over lists and tuples (entered once per message), over undefined values
+    "{% for m in messages %}{% for c in [m.role, loop.index] %}{{ c }}{% endfor %}"
+    "{% for c in (1, m.content) %}{{ c }}{% endfor %}{% for c in m.tool_calls %}x{% endfor %}"
+    "{% for c in items if c %}{{ c }}{% endfor %}{% endfor %}",
 ]
 
 
@@ -366,3 +382,22 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
     one_copy = made[-1].source
     assert "if _d0 and" not in one_copy and "_r0 = _o0.get('n', _M)" in one_copy
+
+
+@pytest.mark.parametrize("hot", [False, True])
+def test_a_loop_over_a_list_is_limited_and_charged_as_any_iterable(
+        hot: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lists and tuples enter a loop by a path of their own: refused over
+    max_collection_size at the loop's iterable, and charged what any iterable of that length
+    is (a range takes the general path)."""
+    source = "{% for m in messages %}{% for x in values %}{{ x }}{% endfor %}{% endfor %}"
+    budgets = {type(values).__name__: smallest_budget(
+        source, {"messages": MESSAGES, "values": values}, hot, monkeypatch)
+        for values in (list(range(40)), tuple(range(40)), range(40))}
+    assert budgets["list"] == budgets["tuple"] == budgets["range"], budgets
+    env = mj.chat_environment(limits=mj.Limits(max_collection_size=39))
+    for values in (list(range(40)), tuple(range(40))):
+        with pytest.raises(mj.LimitExceededError) as caught:
+            env.from_string(source).render(messages=MESSAGES, values=values)
+        assert "max_collection_size" in str(caught.value)
+        assert (caught.value.lineno, caught.value.column) == (1, 36)  # at `values`
