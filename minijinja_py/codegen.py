@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .budget import CHARS_SHIFT
 from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING, to_text
+from .runtime import MISSING, Undefined, to_text
 from .tests import TYPE_TESTS
 
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
@@ -72,6 +72,7 @@ class _Writer:
     def __init__(self) -> None:
         self.lines: List[str] = []
         self.names: Dict[str, Any] = {"_M": MISSING, "_truthy": _truthy, "_text": _text,
+                                      "_Undefined": Undefined,
                                       "_SIZED": (str, list, dict, tuple),
                                       "_overflow": _output_overflow,
                                       "_locate_statement": _locate_statement}
@@ -276,6 +277,41 @@ def _expr(w: _Writer, closure: Any) -> str:
         args = ", ".join(_expr(w, argument) for argument in positional)
         kwargs = ", ".join(f"{name!r}: {_expr(w, value)}" for name, value in keywords)
         return f"{w.ref(invoke)}({_expr(w, callee)}, [{args}], {{{kwargs}}})"
+    if kind == "dict_get":
+        # `owner.get(key[, default])`: the operands in order, then an exact dict's get() with
+        # a str key, charged the result's size as the closure does (dict_get, which takes
+        # everything else)
+        _, owner, key, default, dict_get, charge = spec
+        obj, result, cost = (w.temporary() for _ in range(3))
+        operands = [f"({obj} := {_expr(w, owner)})"]
+        key_spec = getattr(key, "spec", None)
+        if key_spec is not None and key_spec[0] == "const" and type(key_spec[1]) is str:
+            k, is_str = repr(key_spec[1]), ""  # the usual `.get('content')`
+        else:
+            k = w.temporary()
+            operands.append(f"({k} := {_expr(w, key)})")
+            is_str = f"type({k}) is str and "
+        default_value = "None"
+        if default is not None:
+            default_value = w.temporary()
+            operands.append(f"({default_value} := {_expr(w, default)})")
+        return (f"({result} if ({', '.join(operands)},) and type({obj}) is dict and "
+                f"{is_str}(({result} := {obj}.get({k}, {default_value})) is None "
+                f"or (type({result}) is str and (({cost} := len({result}) >> {CHARS_SHIFT}) == 0 "
+                f"or {w.ref(charge)}(scope, {cost})))) "
+                f"else {w.ref(dict_get)}(scope, {obj}, {k}, {default_value}))")
+    if kind == "str_method":
+        # an exact str's own method with constant str arguments: the owner's size times the
+        # method's weight, plus a new result's size, charged together (method_call's
+        # call_on charges the same); any other owner goes to call_on
+        _, owner, name, constants, weight, on_other, charge = spec
+        obj, result, cost = (w.temporary() for _ in range(3))
+        arguments = ", ".join(repr(constant) for constant in constants)
+        owner_cost = f"(len({obj}) >> {CHARS_SHIFT}) * {int(weight)} + " if weight else ""
+        return (f"({result} if type({obj} := {_expr(w, owner)}) is str and "
+                f"(({cost} := {owner_cost}(0 if ({result} := {obj}.{name}({arguments})) is {obj} "
+                f"else len({result}) >> {CHARS_SHIFT} if type({result}) is str else 0)) == 0 "
+                f"or {w.ref(charge)}(scope, {cost})) else {w.ref(on_other)}(scope, {obj}))")
     if kind == "concat":
         return _concat(w, spec)
     if kind == "test":
@@ -325,7 +361,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         _, left, right, node = spec
         value = w.temporary()
         truth = (f"({value} := {_expr(w, left)}) is True or ({value} is not False and "
-                 f"_truthy({value}, {w.ref(node)}))")
+                 f"{_known_falsy_excluded(value)}_truthy({value}, {w.ref(node)}))")
         if kind == "or":
             return f"({value} if {truth} else {_expr(w, right)})"
         return f"({_expr(w, right)} if {truth} else {value})"
@@ -335,7 +371,8 @@ def _expr(w: _Writer, closure: Any) -> str:
         _, operand, node = spec
         value = w.temporary()
         return (f"({value} if ({value} := {_expr(w, operand)}) is True or {value} is False "
-                f"else _truthy({value}, {w.ref(node)}))")
+                f"else {_known_falsy_excluded(value)}"
+                f"_truthy({value}, {w.ref(node)}))")
     return f"{w.ref(closure)}(scope)"
 
 
@@ -491,7 +528,15 @@ def _condition(w: _Writer, closure: Any, node: Any) -> str:
     value = w.temporary()
     # a str first (message contents, roles), then booleans, then bool() located at the node
     return (f"(({value} != '') if type({value} := {_expr(w, closure)}) is str else "
-            f"({value} is True or ({value} is not False and _truthy({value}, {w.ref(node)}))))")
+            f"({value} is True or ({value} is not False and {_known_falsy_excluded(value)}"
+            f"_truthy({value}, {w.ref(node)}))))")
+
+
+def _known_falsy_excluded(value: str) -> str:
+    """The start of a condition that is False, without a call, for None and the plain
+    Undefined (a missing key: ``message.tool_calls``), both always false; ``bool()`` of
+    anything else follows it (Undefined subclasses may raise there: StrictUndefined)."""
+    return f"{value} is not None and type({value}) is not _Undefined and "
 
 
 # -- statements -----------------------------------------------------------------------------

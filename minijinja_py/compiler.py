@@ -1583,10 +1583,9 @@ class Compiler:
         stores = not immutable and any(name in names for names in MUTATORS.values())
         fresh_items = name in FRESH_ITEM_METHODS
 
-        def method_call(scope: Scope) -> Any:
-            owner = owner_of(scope)
+        def call_on(scope: Scope, owner: Any, positional: list, keywords: dict) -> Any:
+            """The call, its owner and arguments evaluated."""
             function = direct.get(type(owner))
-            positional, keywords = args(scope)
             if stores:
                 try:
                     check_stored_tuples(positional, keywords)
@@ -1614,6 +1613,56 @@ class Compiler:
                     _charge(scope, cost, node)
             return result
 
+        def method_call(scope: Scope) -> Any:
+            owner = owner_of(scope)
+            positional, keywords = args(scope)
+            return call_on(scope, owner, positional, keywords)
+
+        spec = getattr(args, "spec", None)
+        if name == "get" and dict in direct and spec is not None and not spec[2] and \
+                1 <= len(spec[1]) <= 2:
+            # `message.get('content')`, a few times per message in many templates: an exact
+            # dict's own get(), charged what the general path charges (the result's size:
+            # get() has no weight); any other owner takes the general path
+            key_of = spec[1][0]
+            default_of = spec[1][1] if len(spec[1]) == 2 else None
+
+            def dict_get(scope: Scope, owner: Any, key: Any, default: Any) -> Any:
+                """``owner.get(key[, default])``, its operands evaluated (also codegen's)."""
+                if type(owner) is not dict:
+                    return call_on(scope, owner, [key] if default_of is None else [key, default],
+                                   {})
+                try:
+                    result = owner.get(key, default)
+                except Exception as exc:  # an unhashable key
+                    raise _locate(exc, node) from exc
+                if result is not owner:
+                    cost = size_cost(result)
+                    if cost:
+                        _charge(scope, cost, node)
+                return result
+
+            def method_call(scope: Scope) -> Any:  # noqa: F811  # the same, for get()
+                owner = owner_of(scope)
+                key = key_of(scope)
+                default = default_of(scope) if default_of is not None else None
+                return dict_get(scope, owner, key, default)
+
+            method_call.spec = ("dict_get", owner_of, key_of,  # type: ignore[attr-defined]
+                                default_of, dict_get, _step_charger(node))
+        elif name in _INLINE_STR_METHODS and str in direct and spec is not None and \
+                not spec[2] and all(getattr(argument, "spec", (None,))[0] == "const" and
+                                    type(argument.spec[1]) is str for argument in spec[1]):
+            # `content.strip()`, `role.startswith('<')`: on an exact str, with constant str
+            # arguments (it cannot fail), generated code calls the str method itself and
+            # charges what call_on charges; anything else goes to call_on
+            constants = [argument.spec[1] for argument in spec[1]]
+
+            def on_other(scope: Scope, owner: Any) -> Any:
+                return call_on(scope, owner, list(constants), {})
+
+            method_call.spec = ("str_method", owner_of, name,  # type: ignore[attr-defined]
+                                tuple(constants), weight, on_other, _step_charger(node))
         return method_call
 
     def resolve(self, kind: str, name: str, node: n.Node) -> Optional[Callable[..., Any]]:
@@ -2334,6 +2383,12 @@ def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
             raise _locate(exc, node) from exc
 
     return slow
+
+
+#: str methods generated code may call itself (see method_call): they return a str or a
+#: bool, and cannot fail on a str with str arguments.
+_INLINE_STR_METHODS = frozenset({"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
+                                 "lower"})
 
 
 def _step_charger(node: n.Node) -> Callable[[Scope, int], bool]:

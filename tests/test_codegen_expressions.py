@@ -122,6 +122,22 @@ CASES = [
     "{% call(n) w() %}{{ n }}{{ m.role }}{% endcall %}{% endfor %}",
     "{% macro f(x) %}{{ x }}{% endmacro %}{% for m in messages %}{{ f(m.role, 2) }}{% endfor %}",
     "{% macro f(x) %}{{ x }}{% endmacro %}{% for m in messages %}{{ f(z=1) }}{% endfor %}",
+    # dict.get: exact dicts directly (the result's size charged), anything else by the
+    # general method call; unhashable keys refused where Jinja2 refuses them
+    "{% for m in messages %}{{ m.get('content') }}|{{ m.get('n', 'none') }}|{{ m.get('x') }}|"
+    "{{ m.get(loop.index0, 'i') }}|{{ {'a': m}.get('a').role }}{% endfor %}",
+    "{% for m in messages %}{{ m.role.get('x') }}{% endfor %}",
+    "{% for m in messages %}{{ items.get('x') }}{% endfor %}",
+    "{% for m in messages %}{{ m.get([1]) }}{% endfor %}",
+    "{% for m in messages %}{% if m.get('n') %}{{ m.get('content', 'x' * 40) }}{% endif %}"
+    "{{ m.get('content') is string }}{% endfor %}",
+    # str methods with constant arguments on an exact str: called directly, charged alike
+    "{% for m in messages %}[{{ m.content.strip() }}|{{ m.content.lstrip(' B') }}|"
+    "{{ m.role.rstrip('mte') }}|{{ m.role.startswith('us') }}|{{ m.role.endswith('t') }}|"
+    "{{ m.content.upper() }}|{{ m.role.lower() }}|{{ (m.content * 9).strip() }}]{% endfor %}",
+    "{% for m in messages %}{{ m.n.strip() }}{% endfor %}",
+    "{% for m in messages %}{{ m.role.strip(m.role[0]) }}{{ m.role.startswith(('u', 's')) }}"
+    "{% endfor %}",
     # inner loops over lists and tuples (entered once per message), over undefined values
     "{% for m in messages %}{% for c in [m.role, loop.index] %}{{ c }}{% endfor %}"
     "{% for c in (1, m.content) %}{{ c }}{% endfor %}{% for c in m.tool_calls %}x{% endfor %}"

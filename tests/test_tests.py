@@ -149,7 +149,7 @@ def run_jinja(name: str, value: Any, args: Tuple[Any, ...]) -> Any:
 U = Undefined(name="x")
 CU = ChainableUndefined(name="x")
 SU = StrictUndefined(name="x")
-MACRO = Macro("m", ("a",), False, False, False, lambda args, kwargs: "")
+MACRO = Macro(("m", ("a",), False, False, False), lambda args, kwargs: "")
 
 VALUES: List[Any] = [
     0, 1, 2, -3, 7, 2.0, 2.5, -0.5, True, False, None, "", "abc", "ABC", "aBc", "123", "ß",
