@@ -49,7 +49,7 @@ _HOST_SUBCLASS_BASES = frozenset({tuple, list, dict})
 #: the decision stays the sandbox's (tests/test_codegen_expressions.py holds the two equal).
 DIRECT_ATTRIBUTES = {
     LoopContext: frozenset({"index", "index0", "revindex", "revindex0", "first", "last",
-                            "length", "depth", "depth0"}),
+                            "length", "depth", "depth0", "previtem", "nextitem"}),
 }
 
 

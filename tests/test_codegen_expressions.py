@@ -37,6 +37,10 @@ CASES = [
     "{% for x in messages %}{{ m({'index0': x.role}) }}{{ m(x) }}{% endfor %}",
     "{% for x in messages %}{% for y in [1, 2] %}{{ loop.index0 }}{{ loop.depth }}{% endfor %}"
     "{% endfor %}",
+    "{% for m in messages %}{{ loop.previtem.role }}|{{ loop.nextitem.role }}|"
+    "{{ loop.nextitem is defined }}{% if loop.nextitem and loop.nextitem.role == 'user' %}u"
+    "{% endif %}{% endfor %}",
+    "{% for m in messages %}{{ loop.previtem.role.x }}{% endfor %}",
     # comparisons: numbers inline, everything else through the closure (pricing, errors)
     "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == offset) %}x"
     "{% endif %}{{ loop.index0 < 2 }}{{ loop.index0 >= offset }}{{ m.n == none }}"
@@ -229,15 +233,18 @@ def test_direct_attributes_are_what_the_sandbox_answers() -> None:
     from minijinja_py.sandbox import DIRECT_ATTRIBUTES, Sandbox
 
     sandbox = Sandbox(True, Undefined)
-    loop = LoopContext(["a", "b", "c"], 1, None, Undefined)
-    loop.index0 = 1
-    samples = {LoopContext: loop}
+    samples = {LoopContext: []}
+    for index0 in range(3):  # previtem and nextitem are undefined at either end
+        loop = LoopContext(["a", "b", "c"], 1, None, Undefined)
+        loop.index0 = index0
+        samples[LoopContext].append(loop)
     for kind, names in DIRECT_ATTRIBUTES.items():
-        obj = samples[kind]
-        for name in names:
-            assert sandbox.getattr(obj, name) == getattr(obj, name)
-            assert type(sandbox.getattr(obj, name)) is type(getattr(obj, name))
-            assert not callable(getattr(obj, name))
+        for obj in samples[kind]:
+            for name in names:
+                assert sandbox.getattr(obj, name) == getattr(obj, name)
+                assert type(sandbox.getattr(obj, name)) is type(getattr(obj, name))
+                assert isinstance(getattr(obj, name), Undefined) or \
+                    not callable(getattr(obj, name))
 
 
 def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
