@@ -60,8 +60,9 @@ def _start_thread() -> None:
     _thread.start_new_thread(_watchdog, ())
 
 
-def watch(render: Any) -> None:
-    """Watch ``render`` (it has ``deadline`` and ``expire()``) until :func:`unwatch`."""
+def watch(render: Any, seconds: float) -> None:
+    """Watch ``render`` (it has ``deadline`` and ``expire()``), due ``seconds`` from now,
+    until :func:`unwatch`."""
     global _running
     _active[id(render)] = render
     if not _running:
@@ -72,7 +73,7 @@ def watch(render: Any) -> None:
                     _start_thread()
                 except RuntimeError:  # no thread to be had (a tight memory cap, shutdown):
                     _running = False  # the render goes on under its step budget alone
-    elif render.deadline - monotonic() < TICK:
+    elif seconds < TICK:
         _wake_up()  # a very short deadline: do not wait for the next tick
 
 

@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import deadline as _deadline
 from . import limits as _limits
-from . import sandbox as _sandbox
 from .compiler import Compiler, RenderContext, Scope
 from .compiler import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
@@ -316,11 +315,10 @@ class Template:
         if blocks and "self" not in variables:  # `self.name()` renders a block again
             variables["self"] = TemplateReference(blocks, root)
         _limits.ensure_recursion_headroom(env.limits)
-        limits_token = _limits.activate(ctx)
-        sandbox_token = _sandbox.activate(env.sandbox)
+        limits_token = _limits.activate(ctx)  # the sandbox too: see sandbox.current_sandbox
         ctx.deadline = env.limits.deadline()
         if ctx.deadline is not None:
-            _deadline.watch(ctx)
+            _deadline.watch(ctx, env.limits.max_seconds)
         try:
             root_code(root, out)
             ctx.check_output()
@@ -335,7 +333,6 @@ class Template:
         finally:
             if ctx.deadline is not None:
                 _deadline.unwatch(ctx)
-            _sandbox.deactivate(sandbox_token)
             _limits.deactivate(limits_token)
         return text, (ctx.spans or [])
 

@@ -109,6 +109,11 @@ _current: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar(
     "minijinja_py_render", default=None)
 
 
+def current_render() -> Optional[Any]:
+    """The render in progress here (its RenderContext), the limits of a parse, or None."""
+    return _current.get()
+
+
 def current_limits() -> Limits:
     """The limits of the render in progress (the defaults outside a render)."""
     render = _current.get()

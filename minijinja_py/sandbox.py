@@ -13,7 +13,6 @@ then the item; ``x[key]`` tries the item first, then the attribute.
 
 from __future__ import annotations
 
-import contextvars
 import types
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
@@ -208,22 +207,16 @@ class Sandbox:
         return function(*args, **kwargs)
 
 
-_current: contextvars.ContextVar[Optional[Sandbox]] = contextvars.ContextVar(
-    "minijinja_py_sandbox", default=None)
 _DEFAULT = Sandbox(True, Undefined)
 
 
 def current_sandbox() -> Sandbox:
-    """The sandbox of the render in progress (an immutable default outside a render)."""
-    return _current.get() or _DEFAULT
+    """The sandbox of the render in progress (its RenderContext's, found where the limits
+    find it: one context variable per render), an immutable default outside a render."""
+    from .limits import current_render
 
-
-def activate(sandbox: Sandbox) -> contextvars.Token:
-    return _current.set(sandbox)
-
-
-def deactivate(token: contextvars.Token) -> None:
-    _current.reset(token)
+    sandbox = getattr(current_render(), "sandbox", None)
+    return sandbox if sandbox is not None else _DEFAULT
 
 
 __all__ = ["Sandbox", "current_sandbox", "is_safe_attribute", "METHODS",
