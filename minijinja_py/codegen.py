@@ -253,6 +253,14 @@ def _expr(w: _Writer, closure: Any) -> str:
         obj = w.temporary()
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
                 f"else {w.ref(slow)}({obj}, scope))")
+    if kind == "index":
+        # `messages[-1]`: a list holding that index, or a dict holding that key, is read
+        # directly (as the closure reads them, free); anything else is the slow path
+        _, operand, key, slow = spec
+        obj = w.temporary()
+        within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
+        return (f"({obj}[{key}] if (type({obj} := {_expr(w, operand)}) is list and {within}) "
+                f"or (type({obj}) is dict and {key} in {obj}) else {w.ref(slow)}({obj}, scope))")
     if kind == "direct_attribute":
         # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
         _, loader, name, direct_type, other = spec
@@ -469,6 +477,47 @@ _ORDERABLE = frozenset({int, float, bool})
 _EQUATABLE = frozenset({int, float, bool, type(None)})
 
 
+#: The generated loop's own ``loop`` (a LoopContext): these attributes are always ints, those
+#: always bools.
+_LOOP_INTS = frozenset({"index", "index0", "revindex", "revindex0", "length", "depth", "depth0"})
+_LOOP_BOOLS = frozenset({"first", "last"})
+
+
+def _known_type(w: _Writer, closure: Any) -> Any:
+    """The type of every value ``closure`` can give, when the code says it: a constant's, a
+    number attribute of the generated loop's own ``loop``, a comparison of such values
+    (a bool); else None."""
+    spec = getattr(closure, "spec", None)
+    if spec is None:
+        return None
+    kind = spec[0]
+    if kind == "const":
+        return type(spec[1])
+    if kind == "index":
+        # `messages[-1]`: a list holding that index, or a dict holding that key, is read
+        # directly (as the closure reads them, free); anything else is the slow path
+        _, operand, key, slow = spec
+        obj = w.temporary()
+        within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
+        return (f"({obj}[{key}] if (type({obj} := {_expr(w, operand)}) is list and {within}) "
+                f"or (type({obj}) is dict and {key} in {obj}) else {w.ref(slow)}({obj}, scope))")
+    if kind == "direct_attribute":
+        _, loader, name, _, _ = spec
+        if w.loop_parameter and loader.spec[1] == "loop":
+            return int if name in _LOOP_INTS else bool if name in _LOOP_BOOLS else None
+        return None
+    if kind == "int_compare":
+        _, left, right, python_op, _ = spec
+        free = _EQUATABLE if python_op in ("==", "!=") else _ORDERABLE
+        if _known_type(w, left) in free and _known_type(w, right) in free:
+            return bool
+    if kind == "int_op":  # two ints make an int, or an error (a zero divisor, a huge result)
+        _, left, right, _, _ = spec
+        if _known_type(w, left) is int and _known_type(w, right) is int:
+            return int
+    return None
+
+
 def _int_operation(w: _Writer, spec: tuple) -> str:
     """``a - b``, ``a % b``, ``a < b``...: both operands are evaluated (left first), and two
     ints are combined inline; anything else goes to the closure's own ``apply(a, b, scope)``
@@ -485,20 +534,36 @@ def _int_operation(w: _Writer, spec: tuple) -> str:
         equality = python_op in ("==", "!=")
         free = "_EQUATABLE" if equality else "_ORDERABLE"
         w.names[free] = free_types = _EQUATABLE if equality else _ORDERABLE
+        left_known = _known_type(w, left) in free_types
+        right_known = _known_type(w, right) in free_types
+        if left_known and right_known:  # `loop.index0 == 0`: both types are known
+            return f"({_expr(w, left)} {python_op} {_expr(w, right)})"
         right_spec = getattr(right, "spec", None)
-        if right_spec is not None and right_spec[0] == "const" and \
-                type(right_spec[1]) in free_types:
-            # `loop.index0 == 0`: the constant's type is known
+        if right_known and right_spec[0] == "const":
+            # `m.n == 0`: the constant's type is known
             b = _expr(w, right)
             slow = f"{w.ref(apply)}({a}, {b}, scope)"
             return f"({a} {python_op} {b} if type({a} := {_expr(w, left)}) in {free} else {slow})"
         both_free = (f"(type({a} := {_expr(w, left)}) in {free}) & "
                      f"(type({b} := {_expr(w, right)}) in {free})")
         return f"({a} {python_op} {b} if {both_free} else {slow})"
-    both_ints = (f"(type({a} := {_expr(w, left)}) is int) & "
-                 f"(type({b} := {_expr(w, right)}) is int)")
     w.names["_BIG"] = 1 << 1000
     result = w.temporary()
+    right_spec = getattr(right, "spec", None)
+    if right_spec is not None and right_spec[0] == "const" and type(right_spec[1]) is int and \
+            right_spec[1] and abs(right_spec[1]) < 1 << 62:
+        # `loop.index0 % 2`, `loop.index - 1`: a small nonzero int constant on the right; the
+        # remainder of an int by it is smaller than it, no range check needed
+        b = _expr(w, right)
+        slow = f"{w.ref(apply)}({a}, {b}, scope)"
+        if _known_type(w, left) is int and python_op == "%":
+            return f"({_expr(w, left)} % {b})"  # `loop.index0 % 2`
+        if python_op == "%":
+            return f"({a} % {b} if type({a} := {_expr(w, left)}) is int else {slow})"
+        return (f"({result} if type({a} := {_expr(w, left)}) is int and "
+                f"-_BIG < ({result} := {a} {python_op} {b}) < _BIG else {slow})")
+    both_ints = (f"(type({a} := {_expr(w, left)}) is int) & "
+                 f"(type({b} := {_expr(w, right)}) is int)")
     nonzero = f"{b} and " if python_op in ("%", "//") else ""
     return (f"({result} if {both_ints} and {nonzero}"
             f"-_BIG < ({result} := {a} {python_op} {b}) < _BIG else {slow})")
@@ -522,8 +587,9 @@ def _condition(w: _Writer, closure: Any, node: Any) -> str:
         return f"(not {_condition(w, spec[1], node)})"
     if kind == "truth":
         return _condition(w, spec[1], spec[2])
-    if kind == "eq_str":
-        # `==` gives a bool for anything a template can hold: Python's `if` tests it as is
+    if kind == "eq_str" or _known_type(w, closure) is bool:
+        # `==` gives a bool for anything a template can hold (and `loop.first`, a comparison
+        # of known numbers is one): Python's `if` tests it as is
         return _expr(w, closure)
     value = w.temporary()
     # a str first (message contents, roles), then booleans, then bool() located at the node

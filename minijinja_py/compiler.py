@@ -1412,6 +1412,10 @@ class Compiler:
                 get_item_of_local.spec = (  # type: ignore[attr-defined]
                     "lookup", _local_loader(variable), key,
                     _slow_lookup(sandbox.getitem, key, node))
+            elif _small_int(key):
+                get_item_of_local.spec = (  # type: ignore[attr-defined]
+                    "index", _local_loader(variable), key,
+                    _slow_lookup(sandbox.getitem, key, node))
             return get_item_of_local
 
         def get_item_of_name(scope: Scope) -> Any:
@@ -1438,6 +1442,10 @@ class Compiler:
         if type(key) is str:  # (a list never holds a str key: the slow path's charge holds)
             get_item_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
                 "lookup", self.e_name(node.node), key,
+                _slow_lookup(sandbox.getitem, key, node))
+        elif _small_int(key):  # `messages[-1]`
+            get_item_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
+                "index", self.e_name(node.node), key,
                 _slow_lookup(sandbox.getitem, key, node))
         return get_item_of_name
 
@@ -1487,6 +1495,9 @@ class Compiler:
             if type(constant) is str:
                 get_constant_item.spec = (  # type: ignore[attr-defined]
                     "lookup", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node))
+            elif _small_int(constant):
+                get_constant_item.spec = (  # type: ignore[attr-defined]
+                    "index", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node))
             return get_constant_item
         key_of = self.expr(node.arg)
 
@@ -2389,6 +2400,11 @@ def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
 #: bool, and cannot fail on a str with str arguments.
 _INLINE_STR_METHODS = frozenset({"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
                                  "lower"})
+
+
+def _small_int(value: Any) -> bool:
+    """An int key codegen can write as a literal (`messages[-1]`, `content[0]`)."""
+    return type(value) is int and -(1 << 62) < value < (1 << 62)
 
 
 def _step_charger(node: n.Node) -> Callable[[Scope, int], bool]:

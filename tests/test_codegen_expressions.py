@@ -56,6 +56,17 @@ CASES = [
     "{% for m in messages %}{{ (big - loop.index0) % 1000 }}{{ big // (big - 1) }}"
     "{% endfor %}",
     "{% for m in messages %}{{ 10 // (loop.index0 - 2) }}{% endfor %}",
+    # constant int keys: lists holding the index and dicts holding the key read directly
+    "{% for m in messages %}{{ messages[-1].role }}{{ messages[0].role }}{{ items[6] }}"
+    "{{ items[-7] }}{{ m.role[0] }}{{ m.role[-1] }}{{ {1: 'one'}[1] }}{{ [m][0].role }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ items[7] }}{{ items[-8] }}{{ messages[9] is defined }}"
+    "{{ m[0] }}{{ {2: 'x'}[1] }}{% endfor %}",
+    "{% for m in messages %}{{ m.n[0] }}{% endfor %}",
+    # a small int constant on the right: the type check of the left operand only
+    "{% for m in messages %}{{ loop.index0 % -2 }}{{ big % 7 }}{{ big // 3 % 10 }}"
+    "{{ (big - 1) % 1000 }}{{ m.n % 2 }}{{ (loop.index0 - 1) // 2 }}{% endfor %}",
+    "{% for m in messages %}{{ items[loop.index0] % 2 }}{% endfor %}",
     "{% for m in messages %}{{ 10 % (loop.index0 - 2) }}{% endfor %}",
     "{% for m in messages %}{{ '%s-%s' % (m.role, loop.index) }}{% endfor %}",
     "{% for m in messages %}{{ m.role - 1 }}{% endfor %}",
