@@ -442,6 +442,11 @@ def _concat(w: _Writer, spec: tuple) -> str:
     pieces = []
     lengths = []
     for part in parts:
+        if _known_type(w, part) is str:  # a constant: its length is known too
+            constant = part.spec[1]
+            lengths.append(str(len(constant)))
+            pieces.append(repr(constant))
+            continue
         piece, value = w.temporary(), w.temporary()
         lengths.append(f"len({piece} := ({value} if type({value} := {_expr(w, part)}) is str "
                        f"else {w.ref(text_of)}({value})))")
@@ -888,15 +893,24 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     if uses_loop:
         w.line(2, "loop.index0 += 1")
     w.line(2, f"vars[{target!r}] = item")
+    body_text = "\n".join(lines)
     for name, (value, is_dict) in w.hoisted.items():
         w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
-        w.line(2, f"{is_dict} = type({value}) is dict")
+        if _mentions(body_text, is_dict):
+            w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)
     if w.loop_refund:
         w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
         w.line(3, "return remaining")
     w.line(1, "return None")
     return _compiled(w, "generated_loop")
+
+
+def _mentions(code: str, name: str) -> bool:
+    """Whether generated ``code`` uses the variable ``name`` (``_d0``, not ``_d01``)."""
+    import re
+
+    return re.search(rf"\b{name}\b", code) is not None
 
 
 def generate(body: Callable[..., Any]) -> Callable[..., Any]:
@@ -911,9 +925,11 @@ def generate(body: Callable[..., Any]) -> Callable[..., Any]:
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                 "    append = out.append"]
+    body_text = "\n".join(w.lines)
     for name, (value, is_dict) in w.hoisted.items():
         prologue.append(f"    {value} = vars[{name!r}]")
-        prologue.append(f"    {is_dict} = type({value}) is dict")
+        if _mentions(body_text, is_dict):
+            prologue.append(f"    {is_dict} = type({value}) is dict")
     w.lines[:0] = prologue
     w.line(1, "return None")
     generated = _compiled(w, "generated_body")

@@ -1013,6 +1013,7 @@ class Compiler:
                     f"macro {shown_name!r} takes not more than {count} argument(s)")
             return scope
 
+        first_name = arg_names[0] if arg_names else None
         # the body's generated function once it is hot (see hot_switching), called directly
         hot_state = getattr(body, "hot_state", None) or [0, None]
 
@@ -1029,6 +1030,8 @@ class Compiler:
                 if fresh:
                     local: Dict[str, Any] = fresh_variables(fresh, ctx)
                     local.update(zip(arg_names, args))
+                elif count == 1:  # `render_content(message.content)`
+                    local = {first_name: args[0]}
                 else:
                     local = dict(zip(arg_names, args))
                 scope = Scope(local, defining_scope, ctx)

@@ -56,6 +56,9 @@ CASES = [
     "{% for m in messages %}{{ (big - loop.index0) % 1000 }}{{ big // (big - 1) }}"
     "{% endfor %}",
     "{% for m in messages %}{{ 10 // (loop.index0 - 2) }}{% endfor %}",
+    # `~` with constant parts: their lengths known, the rest made text in turn
+    "{% for m in messages %}{{ '<|' ~ m.role ~ '|>' ~ loop.index ~ '' ~ m.content ~ 'x' * 20 }}"
+    "{% set t = 'a' ~ m.n %}{{ t }}{% endfor %}",
     # constant int keys: lists holding the index and dicts holding the key read directly
     "{% for m in messages %}{{ messages[-1].role }}{{ messages[0].role }}{{ items[6] }}"
     "{{ items[-7] }}{{ m.role[0] }}{{ m.role[-1] }}{{ {1: 'one'}[1] }}{{ [m][0].role }}"
