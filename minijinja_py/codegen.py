@@ -20,10 +20,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, List, Tuple
 
-from .budget import CHARS_SHIFT
+from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING, Undefined, to_text
+from .runtime import MISSING, GuardedNamespace, Namespace, Undefined, to_text
 from .tests import TYPE_TESTS
+
+_NAMESPACE_TYPES = frozenset({Namespace, GuardedNamespace})
 
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
 #: functions costs more than it saves.
@@ -674,6 +676,29 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         _, name, make, node = spec
         w.mark(depth, f"macro {name}", node)
         w.line(depth, f"vars[{name!r}] = {w.ref(make)}(scope)")
+        return
+    if kind == "set_namespace":
+        # `set ns.flag = value`: the value, then the name's namespace; one of the engine's
+        # with a value that is no tuple takes the attribute (the lookup charged as the
+        # closure charges it); anything else goes to the closure's own assign_nsref
+        _, ns_name, attr, value, assign, lookup, node = spec
+        w.names["_NAMESPACE_TYPES"] = _NAMESPACE_TYPES
+        assigned, namespace = w.temporary(), w.temporary()
+        name = repr(ns_name)
+        w.mark(depth, f"set {ns_name}.{attr}", node)
+        w.line(depth, "try:")
+        w.line(depth + 1, f"{assigned} = {_expr(w, value)}")
+        w.line(depth + 1, f"if type({namespace} := ({namespace} if ({namespace} := "
+                          f"vars.get({name}, _M)) is not _M or ({namespace} := "
+                          f"parent_vars.get({name}, _M)) is not _M else "
+                          f"{w.ref(lookup)}(scope, {name}))) in _NAMESPACE_TYPES and "
+                          f"not isinstance({assigned}, tuple):")
+        w.line(depth + 2, f"ctx.steps += {SLOW_LOOKUP_STEPS}")
+        w.line(depth + 2, f"{namespace}._attrs[{attr!r}] = {assigned}")
+        w.line(depth + 1, "else:")
+        w.line(depth + 2, f"{w.ref(assign)}(scope, {assigned})")
+        w.line(depth, "except Exception as exc:")
+        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         return
     if kind == "if":
         _, branches, else_, node = spec

@@ -37,7 +37,8 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .sandbox import DIRECT_ATTRIBUTES
-from .runtime import (MISSING, BoundMethod, ChainableUndefined, LoopContext, Macro, Namespace,
+from .runtime import (MISSING, BoundMethod, ChainableUndefined, GuardedNamespace, LoopContext,
+                      Macro, Namespace,
                       StrictUndefined, Undefined, to_text as _to_text,
                       unsafe_undefined, wants_environment)
 
@@ -868,10 +869,34 @@ class Compiler:
         if isinstance(node.target, n.NameTarget):  # see codegen.py
             assign_stmt.spec = ("set", node.target.name, value,  # type: ignore[attr-defined]
                                 node)
+        elif isinstance(node.target, n.NSRef) and node.target.attr[:1] != "_":
+            return self.namespace_assignment(node, value, assign)
 
         # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
         assign_stmt.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
         return assign_stmt
+
+    def namespace_assignment(self, node: n.Node, value: Expr,
+                             assign: Callable[[Scope, Any], None]) -> Stmt:
+        """``{% set ns.flag = ... %}`` (a few times per message in many templates): when the
+        name holds one of the engine's namespaces and the value is no tuple, what
+        assign_nsref does (the lookup's charge, the attribute stored: its name, known here,
+        is not private); anything else by assign_nsref, which raises or checks the tuple."""
+        ns_name, attr = node.target.name, node.target.attr
+
+        def set_namespace_attribute(scope: Scope, out: list) -> None:
+            assigned = value(scope)
+            namespace = scope.lookup(ns_name)
+            if type(namespace) in _NAMESPACE_TYPES and not isinstance(assigned, tuple):
+                scope.ctx.steps += SLOW_LOOKUP_STEPS
+                namespace._attrs[attr] = assigned
+                return None
+            assign(scope, assigned)
+            return None
+
+        set_namespace_attribute.spec = (  # type: ignore[attr-defined]  # see codegen.py
+            "set_namespace", ns_name, attr, value, assign, Scope.lookup, node)
+        return set_namespace_attribute
 
     def s_assign_block(self, node: n.Node) -> Stmt:
         body, fresh = self.frame(node.body)
@@ -2403,6 +2428,11 @@ def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
 #: bool, and cannot fail on a str with str arguments.
 _INLINE_STR_METHODS = frozenset({"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
                                  "lower"})
+
+
+#: The engine's namespaces (``namespace()``, transformers' guarded one): their attributes live
+#: in ``_attrs``.
+_NAMESPACE_TYPES = frozenset({Namespace, GuardedNamespace})
 
 
 def _small_int(value: Any) -> bool:

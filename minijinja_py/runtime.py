@@ -230,13 +230,10 @@ class Namespace:
         self._attrs: Dict[str, Any] = dict(*args, **kwargs)
 
     def _template_getattr(self, name: str) -> Any:
-        try:
-            return self._attrs[name]
-        except KeyError:
-            return MISSING
+        return self._attrs.get(name, MISSING)
 
     def _template_getitem(self, name: Any) -> Any:
-        return self._template_getattr(name) if isinstance(name, str) else MISSING
+        return self._attrs.get(name, MISSING) if isinstance(name, str) else MISSING
 
     def _template_setattr(self, name: str, value: Any) -> None:
         self._attrs[name] = value

@@ -56,6 +56,16 @@ CASES = [
     "{% for m in messages %}{{ (big - loop.index0) % 1000 }}{{ big // (big - 1) }}"
     "{% endfor %}",
     "{% for m in messages %}{{ 10 // (loop.index0 - 2) }}{% endfor %}",
+    # namespace attributes set: the engine's namespaces directly, anything else refused or
+    # checked by the general path (tuples nest: their depth is bounded)
+    "{% set ns = namespace(last='', count=0, t=none) %}{% for m in messages %}"
+    "{% set ns.last = m.role %}{% set ns.count = ns.count + 1 %}{% set ns.t = (m.role, 1) %}"
+    "{% endfor %}{{ ns.last }}{{ ns.count }}{{ ns.t }}",
+    "{% set ns = namespace(x=1) %}{% for m in messages %}{% set ns._x = 1 %}{% endfor %}",
+    "{% set ns = 5 %}{% for m in messages %}{% set ns.x = 1 %}{% endfor %}",
+    "{% for m in messages %}{% set nope.x = 1 %}{% endfor %}",
+    "{% set ns = namespace(v=0) %}{% macro f() %}{% set ns.v = ns.v + 1 %}{% endmacro %}"
+    "{% for m in messages %}{{ f() }}{% endfor %}{{ ns.v }}",
     # `~` with constant parts: their lengths known, the rest made text in turn
     "{% for m in messages %}{{ '<|' ~ m.role ~ '|>' ~ loop.index ~ '' ~ m.content ~ 'x' * 20 }}"
     "{% set t = 'a' ~ m.n %}{{ t }}{% endfor %}",
