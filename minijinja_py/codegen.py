@@ -314,14 +314,25 @@ def _expr(w: _Writer, closure: Any) -> str:
         # an exact str's own method with constant str arguments: the owner's size times the
         # method's weight, plus a new result's size, charged together (method_call's
         # call_on charges the same); any other owner goes to call_on
-        _, owner, name, constants, weight, on_other, charge = spec
+        _, owner, name, argument_closures, weight, on_other, charge = spec
         obj, result, cost = (w.temporary() for _ in range(3))
-        arguments = ", ".join(repr(constant) for constant in constants)
+        evaluated = [f"type({obj} := {_expr(w, owner)}) is str"]
+        arguments = []
+        for argument in argument_closures:
+            if _known_type(w, argument) is str:  # a constant
+                arguments.append(repr(argument.spec[1]))
+                continue
+            value = w.temporary()  # evaluated after the owner whatever its type, as call_on
+            evaluated[0] = f"({evaluated[0]}) & (type({value} := {_expr(w, argument)}) is str)"
+            arguments.append(value)
+        listed = ", ".join(arguments)
+        fallback_arguments = "".join(f", {argument}" for argument in arguments)
         owner_cost = f"(len({obj}) >> {CHARS_SHIFT}) * {int(weight)} + " if weight else ""
-        return (f"({result} if type({obj} := {_expr(w, owner)}) is str and "
-                f"(({cost} := {owner_cost}(0 if ({result} := {obj}.{name}({arguments})) is {obj} "
+        return (f"({result} if {' and '.join(evaluated)} and "
+                f"(({cost} := {owner_cost}(0 if ({result} := {obj}.{name}({listed})) is {obj} "
                 f"else len({result}) >> {CHARS_SHIFT} if type({result}) is str else 0)) == 0 "
-                f"or {w.ref(charge)}(scope, {cost})) else {w.ref(on_other)}(scope, {obj}))")
+                f"or {w.ref(charge)}(scope, {cost})) else "
+                f"{w.ref(on_other)}(scope, {obj}{fallback_arguments}))")
     if kind == "concat":
         return _concat(w, spec)
     if kind == "test":

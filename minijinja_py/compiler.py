@@ -1690,18 +1690,15 @@ class Compiler:
             method_call.spec = ("dict_get", owner_of, key_of,  # type: ignore[attr-defined]
                                 default_of, dict_get, _step_charger(node))
         elif name in _INLINE_STR_METHODS and str in direct and spec is not None and \
-                not spec[2] and all(getattr(argument, "spec", (None,))[0] == "const" and
-                                    type(argument.spec[1]) is str for argument in spec[1]):
-            # `content.strip()`, `role.startswith('<')`: on an exact str, with constant str
-            # arguments (it cannot fail), generated code calls the str method itself and
-            # charges what call_on charges; anything else goes to call_on
-            constants = [argument.spec[1] for argument in spec[1]]
-
-            def on_other(scope: Scope, owner: Any) -> Any:
-                return call_on(scope, owner, list(constants), {})
+                not spec[2] and len(spec[1]) <= 2:
+            # `content.strip()`, `role.startswith('<')`, `text.rfind(marker)`: on an exact
+            # str with str arguments (then it cannot fail), generated code calls the str
+            # method itself and charges what call_on charges; anything else goes to call_on
+            def on_other(scope: Scope, owner: Any, *arguments: Any) -> Any:
+                return call_on(scope, owner, list(arguments), {})
 
             method_call.spec = ("str_method", owner_of, name,  # type: ignore[attr-defined]
-                                tuple(constants), weight, on_other, _step_charger(node))
+                                tuple(spec[1]), weight, on_other, _step_charger(node))
         return method_call
 
     def resolve(self, kind: str, name: str, node: n.Node) -> Optional[Callable[..., Any]]:
@@ -2424,10 +2421,10 @@ def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
     return slow
 
 
-#: str methods generated code may call itself (see method_call): they return a str or a
-#: bool, and cannot fail on a str with str arguments.
+#: str methods generated code may call itself (see method_call): they return a str, a bool or
+#: an int, and cannot fail on a str with (at most two) str arguments.
 _INLINE_STR_METHODS = frozenset({"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
-                                 "lower"})
+                                 "lower", "find", "rfind"})
 
 
 #: The engine's namespaces (``namespace()``, transformers' guarded one): their attributes live

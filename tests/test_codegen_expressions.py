@@ -164,6 +164,9 @@ CASES = [
     "{{ m.role.rstrip('mte') }}|{{ m.role.startswith('us') }}|{{ m.role.endswith('t') }}|"
     "{{ m.content.upper() }}|{{ m.role.lower() }}|{{ (m.content * 9).strip() }}]{% endfor %}",
     "{% for m in messages %}{{ m.n.strip() }}{% endfor %}",
+    "{% for m in messages %}{{ m.role.rfind('s') }}{{ m.role.find(m.role[1:]) }}"
+    "{{ (m.role * 30).rfind(m.role, 2) }}{{ m.role.endswith(m.role[-1]) }}{% endfor %}",
+    "{% for m in messages %}{{ m.role.find(m.n) }}{% endfor %}",
     "{% for m in messages %}{{ m.role.strip(m.role[0]) }}{{ m.role.startswith(('u', 's')) }}"
     "{% endfor %}",
     # inner loops over lists and tuples (entered once per message), over undefined values
