@@ -333,6 +333,9 @@ def _expr(w: _Writer, closure: Any) -> str:
                 f"else len({result}) >> {CHARS_SHIFT} if type({result}) is str else 0)) == 0 "
                 f"or {w.ref(charge)}(scope, {cost})) else "
                 f"{w.ref(on_other)}(scope, {obj}{fallback_arguments}))")
+    if kind == "cond":  # `a if test else b`: the test as an `if` tests it, then one side
+        _, test, test_node, chosen, other = spec
+        return f"({_expr(w, chosen)} if {_condition(w, test, test_node)} else {_expr(w, other)})"
     if kind == "concat":
         return _concat(w, spec)
     if kind == "test":

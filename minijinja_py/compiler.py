@@ -1859,11 +1859,24 @@ class Compiler:
         finally:
             self.in_if -= 1
         if expr2 is not None:
-            return lambda scope: expr1(scope) if test(scope) else expr2(scope)
+            def choose(scope: Scope) -> Any:
+                return expr1(scope) if test(scope) else expr2(scope)
+
+            choose.spec = ("cond", test, node.test, expr1, expr2)  # type: ignore[attr-defined]
+            return choose
         hint = (f"the inline if-expression on line {node.lineno} evaluated to false and no else"
                 " section was defined.")
-        # Jinja2: always its plain Undefined here, whatever the environment's undefined class
-        return lambda scope: expr1(scope) if test(scope) else Undefined(hint)
+
+        def otherwise(scope: Scope) -> Any:
+            # Jinja2: always its plain Undefined here, whatever the environment's undefined
+            return Undefined(hint)
+
+        def choose_or_undefined(scope: Scope) -> Any:
+            return expr1(scope) if test(scope) else otherwise(scope)
+
+        choose_or_undefined.spec = (  # type: ignore[attr-defined]  # see codegen.py
+            "cond", test, node.test, expr1, otherwise)
+        return choose_or_undefined
 
     def e_binop(self, node: n.Node) -> Expr:
         if node.op == "+":

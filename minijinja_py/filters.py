@@ -1568,6 +1568,22 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {_python_type_name(value)} is not JSON serializable")
 
 
+def _c_json_dumps(value: Any, ensure_ascii: bool, sort_keys: bool) -> str:
+    """``json.dumps(value, ensure_ascii=..., sort_keys=..., default=_json_default)`` without
+    the JSONEncoder it makes for every call: the C encoder json.dumps itself runs here (with
+    its circular reference check), made straight away; json.dumps where there is none."""
+    import json
+    from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii
+
+    if c_make_encoder is None:  # pragma: no cover - CPython always has it
+        return json.dumps(value, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
+                          default=_json_default)
+    encoder = c_make_encoder({}, _json_default,
+                             encode_basestring_ascii if ensure_ascii else encode_basestring,
+                             None, ": ", ", ", sort_keys, False, True)
+    return "".join(encoder(value, 0))
+
+
 def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
               separators: Any = None, sort_keys: bool = False) -> str:
     """``json.dumps`` of the value with these options, exactly (transformers' tojson).
@@ -1605,6 +1621,9 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
     _check_serialised_size(value, "tojson", item_sep, key_sep, indent_width,
                            ascii_only=bool(ensure_ascii), escaping=escaping)
     try:
+        if indent is None and separators is None and type(ensure_ascii) is bool and \
+                type(sort_keys) is bool:
+            return _c_json_dumps(value, ensure_ascii, sort_keys)
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                           separators=separators, sort_keys=sort_keys, default=_json_default)
     except RecursionError:

@@ -66,6 +66,11 @@ CASES = [
     "{% for m in messages %}{% set nope.x = 1 %}{% endfor %}",
     "{% set ns = namespace(v=0) %}{% macro f() %}{% set ns.v = ns.v + 1 %}{% endmacro %}"
     "{% for m in messages %}{{ f() }}{% endfor %}{{ ns.v }}",
+    # inline if-expressions: the test as an `if` tests it, one side evaluated
+    "{% for m in messages %}{{ m.n if m.n is defined else 'none' }}|{{ (m.role if loop.first) }}|"
+    "{{ m.x if m.x else (m.content | trim if m.content is string else m.content) }}|"
+    "{{ ('a' if m.n) ~ 'b' }}{% endfor %}",
+    "{% for m in messages %}{{ (m.role if m.n == 3).upper() }}{% endfor %}",
     # `~` with constant parts: their lengths known, the rest made text in turn
     "{% for m in messages %}{{ '<|' ~ m.role ~ '|>' ~ loop.index ~ '' ~ m.content ~ 'x' * 20 }}"
     "{% set t = 'a' ~ m.n %}{{ t }}{% endfor %}",

@@ -101,3 +101,34 @@ def test_tojson_with_indent_matches_jinja2_and_charges_the_same() -> None:
         return low
 
     assert smallest(True) == smallest(False)
+
+
+class Opaque:
+    pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(DATA, st.dictionaries(st.one_of(TEXT, st.integers(), st.none()), DATA,
+                                              max_size=3),
+                       st.lists(st.just(Opaque()), max_size=1)),
+       ensure_ascii=st.booleans(), sort_keys=st.booleans())
+def test_tojson_without_indent_is_json_dumps(value: Any, ensure_ascii: bool,
+                                             sort_keys: bool) -> None:
+    """Without an indent, tojson calls the C encoder json.dumps would run, made directly:
+    the same text, or the same error (unserialisable values, unsortable keys)."""
+    def outcome(dump: Any) -> Any:
+        try:
+            return dump()
+        except (TypeError, ValueError) as exc:
+            return type(exc).__name__, str(exc)
+
+    expected = outcome(lambda: json.dumps(value, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
+                                          default=filters._json_default))
+    assert outcome(lambda: filters._c_json_dumps(value, ensure_ascii, sort_keys)) == expected
+
+
+def test_tojson_without_indent_still_refuses_cycles() -> None:
+    looped: list = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        filters._c_json_dumps(looped, False, False)
