@@ -506,8 +506,8 @@ _LOOP_BOOLS = frozenset({"first", "last"})
 
 def _known_type(w: _Writer, closure: Any) -> Any:
     """The type of every value ``closure`` can give, when the code says it: a constant's, a
-    number attribute of the generated loop's own ``loop``, a comparison of such values
-    (a bool); else None."""
+    number attribute of the generated loop's own ``loop``, a comparison of such values,
+    ``in``, ``not`` and the type tests (a bool); else None."""
     spec = getattr(closure, "spec", None)
     if spec is None:
         return None
@@ -532,6 +532,10 @@ def _known_type(w: _Writer, closure: Any) -> Any:
         free = _EQUATABLE if python_op in ("==", "!=") else _ORDERABLE
         if _known_type(w, left) in free and _known_type(w, right) in free:
             return bool
+    if kind == "contains" or kind == "not":  # Python's `in` and `not` give a bool
+        return bool
+    if kind == "test" and spec[2] in TYPE_TESTS:  # `is defined`, `is string`...: a bool
+        return bool
     if kind == "int_op":  # two ints make an int, or an error (a zero divisor, a huge result)
         _, left, right, _, _ = spec
         if _known_type(w, left) is int and _known_type(w, right) is int:
