@@ -514,14 +514,6 @@ def _known_type(w: _Writer, closure: Any) -> Any:
     kind = spec[0]
     if kind == "const":
         return type(spec[1])
-    if kind == "index":
-        # `messages[-1]`: a list holding that index, or a dict holding that key, is read
-        # directly (as the closure reads them, free); anything else is the slow path
-        _, operand, key, slow = spec
-        obj = w.temporary()
-        within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
-        return (f"({obj}[{key}] if (type({obj} := {_expr(w, operand)}) is list and {within}) "
-                f"or (type({obj}) is dict and {key} in {obj}) else {w.ref(slow)}({obj}, scope))")
     if kind == "direct_attribute":
         _, loader, name, _, _ = spec
         if w.loop_parameter and loader.spec[1] == "loop":
