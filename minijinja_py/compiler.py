@@ -248,6 +248,9 @@ class Compiler:
         # Names certainly bound in the innermost scope at run time (loop targets, macro
         # parameters): reading them needs no walk up the scope chain.
         self.local_names: List[FrozenSet[str]] = [frozenset()]
+        # frames being compiled: 1 in the template's own body (a loop, macro, block, `with`,
+        # filter or set block, call block or generation block is a frame of its own)
+        self.frame_depth = 0
 
     def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = (),
               extra: Tuple[n.Node, ...] = ()) -> Tuple[Stmt, Tuple[str, ...]]:
@@ -257,6 +260,7 @@ class Compiler:
         ``self.compiled_extra`` afterwards for them.
         """
         symbols = analyse_frame(statements, self.outer_refs, declared)
+        self.frame_depth += 1
         saved = self.outer_refs
         self.outer_refs = symbols.refs()
         # Jinja2 defers unknown filters and tests only in the frame of the `if` that guards
@@ -275,6 +279,7 @@ class Compiler:
             self.outer_refs = saved
             self.in_if = saved_in_if
             self.local_names.pop()
+            self.frame_depth -= 1
         self.compiled_extra = compiled_extra  # after the body: nested frames overwrite it
         return body, tuple(sorted(symbols.starts_undefined() - set(declared)))
 
@@ -1222,6 +1227,11 @@ class Compiler:
         return generation
 
     def s_no_loader(self, node: n.Node) -> Stmt:
+        if node.kind == "extends" and self.frame_depth > 1:
+            # Jinja2 refuses this while compiling, loader or not (an `if` is no frame)
+            raise TemplateAssertionError("cannot use extend from a non top-level scope",
+                                         node.lineno, node.column)
+
         def no_loader(scope: Scope, out: list) -> None:
             raise _locate(TemplateTypeError(
                 f"no loader for this environment specified ('{node.kind}' needs one)"), node)
