@@ -22,10 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING, GuardedNamespace, Namespace, Undefined, to_text
+from .runtime import MISSING, NAMESPACE_TYPES, Undefined, to_text
 from .tests import TYPE_TESTS
 
-_NAMESPACE_TYPES = frozenset({Namespace, GuardedNamespace})
 
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
 #: functions costs more than it saves.
@@ -692,7 +691,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         # with a value that is no tuple takes the attribute (the lookup charged as the
         # closure charges it); anything else goes to the closure's own assign_nsref
         _, ns_name, attr, value, assign, lookup, node = spec
-        w.names["_NAMESPACE_TYPES"] = _NAMESPACE_TYPES
+        w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
         assigned, namespace = w.temporary(), w.temporary()
         name = repr(ns_name)
         w.mark(depth, f"set {ns_name}.{attr}", node)

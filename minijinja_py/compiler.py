@@ -37,8 +37,7 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .sandbox import DIRECT_ATTRIBUTES
-from .runtime import (MISSING, BoundMethod, ChainableUndefined, GuardedNamespace, LoopContext,
-                      Macro, Namespace,
+from .runtime import (MISSING, BoundMethod, ChainableUndefined, LoopContext, Macro, Namespace,
                       StrictUndefined, Undefined, to_text as _to_text,
                       unsafe_undefined, wants_environment)
 
@@ -764,7 +763,7 @@ class Compiler:
             max_output = ctx.max_output
             hot = bool(generated_loop) or is_hot(len(items))
             if hot:
-                looped = generated_loop[0] if generated_loop else hot_loop()
+                looped = hot_loop()
                 if looped is not None:
                     stopped = looped(inner, out, items, loop)
                     while stopped is not None:  # raises, or the loop goes on where it was
@@ -875,33 +874,15 @@ class Compiler:
             assign_stmt.spec = ("set", node.target.name, value,  # type: ignore[attr-defined]
                                 node)
         elif isinstance(node.target, n.NSRef) and node.target.attr[:1] != "_":
-            return self.namespace_assignment(node, value, assign)
+            # `set ns.flag = ...`: generated code stores into one of the engine's namespaces
+            # itself (what assign_nsref does for them; anything else is assign_nsref's)
+            assign_stmt.spec = (  # type: ignore[attr-defined]  # see codegen.py
+                "set_namespace", node.target.name, node.target.attr, value, assign,
+                Scope.lookup, node)
 
         # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
         assign_stmt.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
         return assign_stmt
-
-    def namespace_assignment(self, node: n.Node, value: Expr,
-                             assign: Callable[[Scope, Any], None]) -> Stmt:
-        """``{% set ns.flag = ... %}`` (a few times per message in many templates): when the
-        name holds one of the engine's namespaces and the value is no tuple, what
-        assign_nsref does (the lookup's charge, the attribute stored: its name, known here,
-        is not private); anything else by assign_nsref, which raises or checks the tuple."""
-        ns_name, attr = node.target.name, node.target.attr
-
-        def set_namespace_attribute(scope: Scope, out: list) -> None:
-            assigned = value(scope)
-            namespace = scope.lookup(ns_name)
-            if type(namespace) in _NAMESPACE_TYPES and not isinstance(assigned, tuple):
-                scope.ctx.steps += SLOW_LOOKUP_STEPS
-                namespace._attrs[attr] = assigned
-                return None
-            assign(scope, assigned)
-            return None
-
-        set_namespace_attribute.spec = (  # type: ignore[attr-defined]  # see codegen.py
-            "set_namespace", ns_name, attr, value, assign, Scope.lookup, node)
-        return set_namespace_attribute
 
     def s_assign_block(self, node: n.Node) -> Stmt:
         body, fresh = self.frame(node.body)
@@ -1655,12 +1636,16 @@ class Compiler:
                     result = sandbox.call(bound, positional, keywords)
             except Exception as exc:
                 raise _locate(exc, node) from exc
+            charge_result(scope, result, owner)
+            return result
+
+        def charge_result(scope: Scope, result: Any, owner: Any) -> None:
+            """A result that is not the owner itself is something the render now holds."""
             if result is not owner:
                 cost = (len(result) * FRESH_ITEM_STEPS if fresh_items and type(result) is list
                         else size_cost(result))
                 if cost:
                     _charge(scope, cost, node)
-            return result
 
         def method_call(scope: Scope) -> Any:
             owner = owner_of(scope)
@@ -1685,10 +1670,7 @@ class Compiler:
                     result = owner.get(key, default)
                 except Exception as exc:  # an unhashable key
                     raise _locate(exc, node) from exc
-                if result is not owner:
-                    cost = size_cost(result)
-                    if cost:
-                        _charge(scope, cost, node)
+                charge_result(scope, result, owner)
                 return result
 
             def method_call(scope: Scope) -> Any:  # noqa: F811  # the same, for get()
@@ -2448,11 +2430,6 @@ def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node
 #: an int, and cannot fail on a str with (at most two) str arguments.
 _INLINE_STR_METHODS = frozenset({"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
                                  "lower", "find", "rfind"})
-
-
-#: The engine's namespaces (``namespace()``, transformers' guarded one): their attributes live
-#: in ``_attrs``.
-_NAMESPACE_TYPES = frozenset({Namespace, GuardedNamespace})
 
 
 def _small_int(value: Any) -> bool:

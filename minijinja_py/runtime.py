@@ -269,6 +269,10 @@ class GuardedNamespace(Namespace):
 GuardedNamespace.__name__ = GuardedNamespace.__qualname__ = "TemplateNamespace"
 TemplateNamespace = GuardedNamespace  # (pickle finds a class by its name)
 
+#: The engine's namespaces, exactly (``namespace()``, transformers' guarded one): their
+#: attributes live in ``_attrs`` (the sandbox reads them, generated code stores into them).
+NAMESPACE_TYPES = frozenset({Namespace, GuardedNamespace})
+
 
 class TemplateDict:
     """transformers' ``dict`` global: builds a dict; its only attribute is ``fromkeys``."""

@@ -16,16 +16,16 @@ from __future__ import annotations
 import types
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Optional
+    from typing import Any
 
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
-from .runtime import (MISSING, BlockReference, BoundMethod, Cycler, GlobalFunction, GuardedNamespace,
-                      HostMethod, Joiner, MutatorMethod, RuntimeMethod, LazySequence, LoopContext, Macro, Namespace,
+from .runtime import (MISSING, BlockReference, BoundMethod, Cycler, GlobalFunction,
+                      HostMethod, Joiner, MutatorMethod, RuntimeMethod, LazySequence, LoopContext, Macro,
+                      NAMESPACE_TYPES, Namespace,
                       TemplateDict,
                       TemplateReference, Undefined, unsafe_undefined)
 
-_NAMESPACES = frozenset({Namespace, GuardedNamespace})
 _RUNTIME_TYPES = (LoopContext, Cycler, Joiner, Macro, BoundMethod, LazySequence, TemplateDict,
                   BlockReference,
                   GlobalFunction, HostMethod, TemplateReference)
@@ -84,7 +84,7 @@ class Sandbox:
             # keys itself): a plain dict has no other attributes, so the item or undefined
             value = obj.get(name, MISSING)
             return value if value is not MISSING else self.undefined(obj=obj, name=name)
-        if type(obj) in _NAMESPACES and name[:1] != "_":  # `ns.x`, read in loops: fast
+        if type(obj) in NAMESPACE_TYPES and name[:1] != "_":  # `ns.x`, read in loops: fast
             value = obj._template_getattr(name)
             if value is not MISSING:
                 return value
