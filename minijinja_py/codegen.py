@@ -95,6 +95,9 @@ class _Writer:
         # the body is written (see dict_read and resolve_reads).
         self.caching_reads = False
         self.reads: List[Tuple[str, str, str, str]] = []  # (obj, is_dict, key, fallback) code
+        # In a generated loop whose body binds nothing: names of enclosing scopes, probed
+        # once before the loop (see _expr's "name") -> their variable in the generated code
+        self.invariant: Dict[str, str] = {}
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -238,8 +241,16 @@ def _expr(w: _Writer, closure: Any) -> str:
     if kind == "name":
         # a name of an enclosing scope: this scope and its parent probed inline (loop
         # bodies read the template's variables there), the closure's walk beyond
-        value = w.temporary()
         name = w.ref(spec[1])
+        if w.in_loop and w.hoisting:
+            # a loop body that binds nothing: what the two scopes hold for the name cannot
+            # change while the loop runs (nothing else runs in them meanwhile), so they are
+            # probed once, before it; a miss still takes the closure's walk at each use
+            found = w.invariant.get(spec[1])
+            if found is None:
+                found = w.invariant[spec[1]] = f"_n{len(w.invariant)}"
+            return f"({found} if {found} is not _M else {w.ref(closure)}(scope))"
+        value = w.temporary()
         return (f"({value} if ({value} := vars.get({name}, _M)) is not _M or "
                 f"({value} := parent_vars.get({name}, _M)) is not _M else "
                 f"{w.ref(closure)}(scope))")
@@ -921,6 +932,9 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
                "    max_output = ctx.max_output"] + ["    " + line for line in setup] + [
+               f"    {variable} = vars.get({name!r}, _M)\n"
+               f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M else {variable}"
+               for name, variable in w.invariant.items()] + [
                "    remaining = iter(items)", "    for item in remaining:"]
     for line in prelude:
         w.line(2, line)

@@ -178,6 +178,19 @@ CASES = [
     "{% for m in messages %}{% for c in [m.role, loop.index] %}{{ c }}{% endfor %}"
     "{% for c in (1, m.content) %}{{ c }}{% endfor %}{% for c in m.tool_calls %}x{% endfor %}"
     "{% for c in items if c %}{{ c }}{% endfor %}{% endfor %}",
+    # names of enclosing scopes in a loop that binds nothing, probed once before it: the
+    # template's, a global, an undefined one, one set again between two loops, a macro's
+    # parameter, a namespace whose attribute the loop sets, a name set in a nested frame
+    "{% set x = 1 %}{% for m in messages %}{{ x }}{{ bos_token }}{{ range(2)|list }}"
+    "{{ nothing }}{{ nothing is defined }}{% endfor %}{% set x = 2 %}"
+    "{% for m in messages %}{{ x }}{% endfor %}",
+    "{% macro f(p, q=offset) %}{% for m in messages %}{{ p }}{{ q }}{{ m.role }}{% endfor %}"
+    "{% endmacro %}{{ f('a') }}{{ f('b', 3) }}",
+    "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+    "{{ ns.n }}{% endfor %}{{ ns.n }}",
+    "{% for m in messages %}{% for c in [1] %}{% set y = c %}{{ y }}{% endfor %}{{ y }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ missing.attribute }}{% endfor %}",
 ]
 
 
