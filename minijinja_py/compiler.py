@@ -761,15 +761,17 @@ class Compiler:
             if loop is not None:
                 variables["loop"] = loop
             max_output = ctx.max_output
-            hot = bool(generated_loop) or is_hot(len(items))
-            if hot:
-                looped = hot_loop()
-                if looped is not None:
-                    stopped = looped(inner, out, items, loop)
-                    while stopped is not None:  # raises, or the loop goes on where it was
-                        stop_over_limit(ctx, stopped)
-                        stopped = looped(inner, out, stopped, loop)
-                    return None
+            if generated_loop:  # made already (or refused: then the body is generated)
+                hot, looped = True, generated_loop[0]
+            else:
+                hot = is_hot(len(items))
+                looped = hot_loop() if hot else None
+            if looped is not None:
+                stopped = looped(inner, out, items, loop)
+                while stopped is not None:  # raises, or the loop goes on where it was
+                    stop_over_limit(ctx, stopped)
+                    stopped = looped(inner, out, stopped, loop)
+                return None
             run_body = hot_body() if hot else body
             remaining = iter(items)
             for item in remaining:
@@ -813,7 +815,30 @@ class Compiler:
         def for_stmt(scope: Scope, out: list) -> Any:
             return run(scope, out, iterable(scope), 0)
 
-        return for_stmt
+        if not (fast_path and not fresh and loop_filter is None):
+            return for_stmt
+
+        def for_simple(scope: Scope, out: list) -> Any:
+            """``run`` and ``items_of`` for the common loop over a list or tuple, written
+            out: an inner loop is entered for every message (anything else, or anything
+            over a limit, takes ``run``, which raises)."""
+            value = iterable(scope)
+            kind = type(value)
+            if kind is not list and kind is not tuple:
+                return run(scope, out, value, 0)
+            ctx = scope.ctx
+            size = len(value)
+            if size > ctx.limits.max_collection_size or ctx.steps + (size >> 1) > ctx.max_steps:
+                return run(scope, out, value, 0)
+            if not size:
+                return None
+            ctx.steps += size >> 1  # budget.ITEMS_SHIFT, as materialise charges
+            items = list(value)
+            loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                               ctx.undefined) if uses_loop else None
+            return run_simple(scope, out, items, loop, ctx)
+
+        return for_simple
 
     def assigner(self, target: n.Node) -> Callable[[Scope, Any], None]:
         """A function storing a value into ``target`` within a scope."""
