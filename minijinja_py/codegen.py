@@ -18,7 +18,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, List, Tuple
+    from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
@@ -98,6 +98,8 @@ class _Writer:
         # In a generated loop whose body binds nothing: names of enclosing scopes, probed
         # once before the loop (see _expr's "name") -> their variable in the generated code
         self.invariant: Dict[str, str] = {}
+        # In a generated loop whose body binds names: those names (None: not known)
+        self.binds: Optional[FrozenSet[str]] = None
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -242,10 +244,11 @@ def _expr(w: _Writer, closure: Any) -> str:
         # a name of an enclosing scope: this scope and its parent probed inline (loop
         # bodies read the template's variables there), the closure's walk beyond
         name = w.ref(spec[1])
-        if w.in_loop and w.hoisting:
-            # a loop body that binds nothing: what the two scopes hold for the name cannot
-            # change while the loop runs (nothing else runs in them meanwhile), so they are
-            # probed once, before it; a miss still takes the closure's walk at each use
+        if w.in_loop and (w.hoisting or (w.binds is not None and spec[1] not in w.binds)):
+            # a loop body that binds nothing (or not this name): what the two scopes hold for
+            # the name cannot change while the loop runs (nothing else runs in them
+            # meanwhile), so they are probed once, before it; a miss still takes the
+            # closure's walk at each use
             found = w.invariant.get(spec[1])
             if found is None:
                 found = w.invariant[spec[1]] = f"_n{len(w.invariant)}"
@@ -892,18 +895,22 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
 
 
 def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: bool,
-                           iteration_cost: int, fresh: Any, stable_items: bool = False) -> Any:
+                           iteration_cost: int, fresh: Any, stable_items: bool = False,
+                           binds: Optional[FrozenSet[str]] = None) -> Any:
     """The loop of a ``for`` with one target name and no ``else`` whose body may assign
     variables, with its body inlined, or None. Called as ``f(inner, out, items, loop)`` with
     ``inner`` the iteration scope it reuses (cleared each time, as the closures' loop does);
     each iteration is charged ``iteration_cost`` steps as it starts. Returns None, or True
     when the step or output limit was passed before an iteration (the caller raises the
     limit's error at the loop). ``fresh(ctx)``, when given, is the iteration's starting
-    variables (names the body reads before it assigns them: undefined)."""
+    variables (names the body reads before it assigns them: undefined). ``binds``, when
+    given, are the names the body can bind (its frame's stores, the target and ``loop``
+    among them): any other name of an enclosing scope is probed once, before the loop."""
     if getattr(body, "spec", None) is None:
         return None
     w = _Writer()
     w.in_loop = True
+    w.binds = binds
     prelude = [f"ctx.steps += {int(iteration_cost)}",
                "if ctx.steps > ctx.max_steps or ctx.output_size > max_output:",
                "    return True",

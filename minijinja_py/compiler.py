@@ -280,6 +280,7 @@ class Compiler:
             self.local_names.pop()
             self.frame_depth -= 1
         self.compiled_extra = compiled_extra  # after the body: nested frames overwrite it
+        self.frame_stores = frozenset(symbols.stores)  # the names the frame binds
         return body, tuple(sorted(symbols.starts_undefined() - set(declared)))
 
     def is_local(self, name: str) -> bool:
@@ -590,6 +591,7 @@ class Compiler:
         # Jinja2 builds `loop` only when the body mentions it (it costs per iteration).
         uses_loop = node.recursive or bool(facts & _MENTIONS_LOOP)
         body, fresh = self.frame(node.body, targets + (("loop",) if uses_loop else ()))
+        body_binds = self.frame_stores
         else_, else_fresh = self.frame(node.else_) if node.else_ else (None, ())
         loop_filter = None
         if node.test is not None:
@@ -644,7 +646,7 @@ class Compiler:
             if not generated_loop:
                 generated_loop.append(generate_charging_loop(
                     body, simple_name, uses_loop, iteration_cost, starting_variables,
-                    _stable_items(env, node.body, facts)))
+                    _stable_items(env, node.body, facts), body_binds))
             return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 

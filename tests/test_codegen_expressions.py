@@ -191,6 +191,12 @@ CASES = [
     "{% for m in messages %}{% for c in [1] %}{% set y = c %}{{ y }}{% endfor %}{{ y }}"
     "{% endfor %}",
     "{% for m in messages %}{{ missing.attribute }}{% endfor %}",
+    # ... and in a loop whose body binds names: the others probed once, those where used
+    "{% set x = 1 %}{% set y = 'y' %}{% for m in messages %}{{ x }}{{ y }}{{ bos_token }}"
+    "{% if loop.index0 == 1 %}{% set x = 5 %}{% endif %}{% set c = m.role ~ y %}{{ x }}{{ c }}"
+    "{{ nothing }}{% endfor %}{{ x }}{{ c }}",
+    "{% macro f(p) %}{% for m in messages %}{% set q = p ~ m.role %}{{ q }}{{ p }}{% endfor %}"
+    "{% endmacro %}{{ f('a') }}",
 ]
 
 
