@@ -69,28 +69,35 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
     per_item = len(item_separator) + len(key_separator)
     parts: List[str] = []
     append = parts.append
+    extend = parts.extend
     seen: set = set()
-    bound = 0  # the size bound so far (filters._tree_text_size, summed as it goes)
     float_repr = float.__repr__
     int_repr = int.__repr__
+    # the line break and indentation before an item at each depth ("" without an indent)
+    breaks: List[str] = []
+
+    def line_break(depth: int) -> str:
+        while len(breaks) <= depth:
+            breaks.append("" if indent_text is None else "\n" + indent_text * len(breaks))
+        return breaks[depth]
 
     def text_bound(text: str) -> int:
         return (6 * len(text) if ensure_ascii and not text.isascii() else len(text)) + 2
 
-    def scalar(obj: Any, kind: type) -> None:
-        nonlocal bound
+    def scalar(obj: Any, kind: type) -> int:
+        """Append a scalar's text; return its size bound."""
         if kind is str:
             append(encode(obj))
-            bound += text_bound(obj)
-        elif kind is bool:
+            return text_bound(obj)
+        if kind is bool:
             append("true" if obj else "false")
-            bound += 24
-        elif kind is int:
+            return 24
+        if kind is int:
             if obj.bit_length() > _INT_BITS:
                 raise _NotPlain
             append(int_repr(obj))
-            bound += obj.bit_length() * 30103 // 100000 + 2
-        elif kind is float:
+            return obj.bit_length() * 30103 // 100000 + 2
+        if kind is float:
             if obj != obj:
                 append("NaN")
             elif obj == _INFINITY:
@@ -99,31 +106,28 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                 append("-Infinity")
             else:
                 append(float_repr(obj))
-            bound += 24
-        elif obj is None:
+            return 24
+        if obj is None:
             append("null")
-            bound += 24
-        else:
-            raise _NotPlain
+            return 24
+        raise _NotPlain
 
-    def container(obj: Any, kind: type, depth: int) -> None:
-        nonlocal bound
+    # The size bound so far is passed along and returned (a local is cheaper than a shared
+    # variable); every item appends its separator, the first one's is then replaced by the
+    # line break alone (no test for "first" per item).
+    def container(obj: Any, kind: type, depth: int, bound: int) -> int:
         if depth > max_depth or id(obj) in seen:
             raise _NotPlain
         seen.add(id(obj))
         bound += 2
         if not obj:
             append("{}" if kind is dict else "[]")
-            return
+            return bound
         step = per_item + (indent_width * (depth + 1) + 1 if indent_width else 0)
-        if indent_text is not None:
-            newline = "\n" + indent_text * (depth + 1)
-            separator = item_separator + newline
-        else:
-            newline = ""
-            separator = item_separator
-        append("{" + newline if kind is dict else "[" + newline)
-        first = True
+        inner = line_break(depth + 1)
+        separator = item_separator + inner
+        append("{" if kind is dict else "[")
+        first = len(parts)
         if kind is dict:
             items = obj.items()
             if sort_keys:
@@ -133,55 +137,48 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
             for key, item in items:
                 if type(key) is not str:
                     raise _NotPlain
-                if first:
-                    first = False
-                else:
-                    append(separator)
-                append(encode(key))
-                append(key_separator)
-                bound += step + (len(key) + 2 if not ensure_ascii or key.isascii()
-                                 else 6 * len(key) + 2)
                 item_kind = type(item)
                 if item_kind is str:  # (most values of a tool schema: no call for them)
-                    append(encode(item))
-                    bound += (len(item) + 2 if not ensure_ascii or item.isascii()
-                              else 6 * len(item) + 2)
-                elif item_kind is dict or item_kind is list or item_kind is tuple:
-                    container(item, item_kind, depth + 1)
+                    extend((separator, encode(key), key_separator, encode(item)))
+                    bound += (step + len(key) + len(item) + 4 if not ensure_ascii
+                              else step + text_bound(key) + text_bound(item))
                 else:
-                    scalar(item, item_kind)
+                    extend((separator, encode(key), key_separator))
+                    bound += step + (len(key) + 2 if not ensure_ascii else text_bound(key))
+                    if item_kind is dict or item_kind is list or item_kind is tuple:
+                        bound = container(item, item_kind, depth + 1, bound)
+                    else:
+                        bound += scalar(item, item_kind)
                 if bound > size_limit:
                     raise _NotPlain
         else:
             # (the value's dispatch is written out in both loops: a call per value is what
             # this module exists to save)
             for item in obj:
-                if first:
-                    first = False
-                else:
-                    append(separator)
-                bound += step
+                append(separator)
                 item_kind = type(item)
                 if item_kind is str:
                     append(encode(item))
-                    bound += (len(item) + 2 if not ensure_ascii or item.isascii()
-                              else 6 * len(item) + 2)
-                elif item_kind is dict or item_kind is list or item_kind is tuple:
-                    container(item, item_kind, depth + 1)
+                    bound += (step + len(item) + 2 if not ensure_ascii
+                              else step + text_bound(item))
                 else:
-                    scalar(item, item_kind)
+                    bound += step
+                    if item_kind is dict or item_kind is list or item_kind is tuple:
+                        bound = container(item, item_kind, depth + 1, bound)
+                    else:
+                        bound += scalar(item, item_kind)
                 if bound > size_limit:
                     raise _NotPlain
-        if indent_text is not None:
-            append("\n" + indent_text * depth)
-        append("}" if kind is dict else "]")
+        parts[first] = inner
+        append(line_break(depth) + "}" if kind is dict else line_break(depth) + "]")
+        return bound
 
     try:
         kind = type(value)
         if kind is dict or kind is list or kind is tuple:
-            container(value, kind, 0)
+            bound = container(value, kind, 0, 0)
         else:
-            scalar(value, kind)
+            bound = scalar(value, kind)
     except (_NotPlain, RecursionError):
         return None
     if bound > size_limit:
