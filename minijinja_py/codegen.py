@@ -20,6 +20,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
+import re
+
 from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, Undefined, to_text
@@ -67,6 +69,59 @@ def _locate_statement(exc: BaseException, node: Any) -> TemplateError:
     return _located(exc, node)
 
 
+def _flushed(ctx: Any, pending: int) -> int:
+    """Charge the steps a statement left pending (see _Writer.charge); 0, the new pending."""
+    ctx.steps += pending
+    return 0
+
+
+#: Calls in generated code that may read or charge ``ctx.steps``: closures and ``_text``.
+_CALLEE = re.compile(r"_k[0-9]+|_text")
+
+
+def _flush_before_calls(lines: List[str]) -> Optional[List[str]]:
+    """``lines`` (a statement) with each call of a closure or ``_text`` made to charge the
+    pending steps first, when there are any: ``_k3(...)`` becomes ``(_k3 if not _pending
+    else ((_pending := _flushed(ctx, _pending)) or _k3))(...)``; or None when some steps
+    are left pending inside a call's arguments (``g(x + y)``: the callee is evaluated before
+    them), where they must be charged at once. Names are found as tokens, so text in string
+    literals is left alone."""
+    import io
+    import tokenize
+
+    calls: Dict[int, List[Tuple[int, int, str]]] = {}
+    tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
+    open_calls: List[bool] = []  # for each open parenthesis: does it hold a call's arguments
+    previous = None
+    for token, following in zip(tokens, tokens[1:] + [None]):
+        if token.type == tokenize.OP and token.string == "(":
+            call = previous is not None and previous.type == tokenize.NAME and \
+                _CALLEE.fullmatch(previous.string) is not None and previous.end == token.start
+            open_calls.append(call)
+            if call:
+                row, column = previous.start
+                calls.setdefault(row - 1, []).append((column, previous.end[1], previous.string))
+        elif token.type == tokenize.OP and token.string == ")":
+            open_calls.pop()
+        elif token.string == "_pending" and following is not None and \
+                following.string == ":=" and any(open_calls):
+            return None
+        previous = token
+    lines = list(lines)
+    for row, found in calls.items():
+        line = lines[row]
+        for start, end, name in reversed(found):
+            line = (line[:start] + f"({name} if not _pending else "
+                    f"((_pending := _flushed(ctx, _pending)) or {name}))" + line[end:])
+        lines[row] = line
+    return lines
+
+
+#: A deferred charge (see _Writer.charge), to turn back into a call
+_DEFERRED_CHARGE = re.compile(r"\(ctx\.steps \+ \(_pending := _pending \+ \(([^()]*)\)\) <= "
+                              r"ctx\.max_steps or (_k[0-9]+)\(scope, _pending\)\)")
+
+
 class _Writer:
     """Python source for one body, and the objects it refers to by name."""
 
@@ -100,6 +155,11 @@ class _Writer:
         self.invariant: Dict[str, str] = {}
         # In a generated loop whose body binds names: those names (None: not known)
         self.binds: Optional[FrozenSet[str]] = None
+        # While a print or set statement is written: the step chargers its expression uses,
+        # whose steps are added up in the local ``_pending`` and charged when the statement
+        # ends (see charge); None elsewhere (each charge is then a call)
+        self.deferred: Optional[List[Any]] = None
+        self.deferred_from = 0  # the statement's first line
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -124,6 +184,44 @@ class _Writer:
             self.line(depth, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
             self.line(depth + 1, "return remaining")
             self.line(depth, "continue")
+
+    def charge(self, charger: Any, steps: str) -> str:
+        """Code charging ``steps`` (an int expression) with ``charger`` (compiler's
+        _step_charger): a true value, or a limit error located at the charger's node.
+
+        In a print or set statement (see defer_charges) the steps are added to the local
+        ``_pending`` instead and checked there against what ``ctx.steps`` would be (a call
+        per string built was an eighth of a simple template's time); over the limit the
+        charger itself is called, which charges them and raises, as it would have."""
+        if self.deferred is None:
+            return f"{self.ref(charger)}(scope, {steps})"
+        self.deferred.append(charger)
+        return (f"(ctx.steps + (_pending := _pending + ({steps})) <= ctx.max_steps or "
+                f"{self.ref(charger)}(scope, _pending))")
+
+    def defer_charges(self) -> None:
+        """A print or set statement starts: its expressions may leave steps pending."""
+        self.deferred = []
+        self.deferred_from = len(self.lines)
+
+    def flush_charges(self, depth: int) -> None:
+        """The statement's expressions are written: the steps they leave pending are
+        charged after them, and before any call they make that could read ``ctx.steps``
+        (a closure, ``_text``), so that every check anywhere sees the same count as on
+        the closures' path."""
+        chargers, self.deferred = self.deferred, None
+        if not chargers:
+            return
+        statement = self.lines[self.deferred_from:]
+        flushing = _flush_before_calls(statement)
+        if flushing is None:  # each charge a call again
+            self.lines[self.deferred_from:] = [_DEFERRED_CHARGE.sub(r"\2(scope, \1)", line)
+                                               for line in statement]
+            return
+        self.names["_flushed"] = _flushed
+        self.lines[self.deferred_from:] = flushing
+        self.line(depth, "ctx.steps += _pending")
+        self.line(depth, "_pending = 0")
 
     def local(self, name: str) -> tuple:
         """Code for (the value of local ``name``, whether it is a dict), or None for the
@@ -321,7 +419,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         return (f"({result} if ({', '.join(operands)},) and type({obj}) is dict and "
                 f"{is_str}(({result} := {obj}.get({k}, {default_value})) is None "
                 f"or (type({result}) is str and (({cost} := len({result}) >> {CHARS_SHIFT}) == 0 "
-                f"or {w.ref(charge)}(scope, {cost})))) "
+                f"or {w.charge(charge, cost)}))) "
                 f"else {w.ref(dict_get)}(scope, {obj}, {k}, {default_value}))")
     if kind == "str_method":
         # an exact str's own method with constant str arguments: the owner's size times the
@@ -344,7 +442,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         return (f"({result} if {' and '.join(evaluated)} and "
                 f"(({cost} := {owner_cost}(0 if ({result} := {obj}.{name}({listed})) is {obj} "
                 f"else len({result}) >> {CHARS_SHIFT} if type({result}) is str else 0)) == 0 "
-                f"or {w.ref(charge)}(scope, {cost})) else "
+                f"or {w.charge(charge, cost)}) else "
                 f"{w.ref(on_other)}(scope, {obj}{fallback_arguments}))")
     if kind == "cond":  # `a if test else b`: the test as an `if` tests it, then one side
         _, test, test_node, chosen, other = spec
@@ -373,7 +471,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         return (f"({result} if type({value} := {_expr(w, operand)}) is str and "
                 f"(({steps} := (len({value}) >> {CHARS_SHIFT}) + (0 if ({result} := "
                 f"{value}.{method}()) is {value} else len({result}) >> {CHARS_SHIFT})) == 0 or "
-                f"{w.ref(charge)}(scope, {steps})) else {slow})")
+                f"{w.charge(charge, steps)}) else {slow})")
     if kind == "eq_str":
         _, operand, constant, negate = spec
         return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"
@@ -455,7 +553,7 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
                                                 for position, _ in tests])
     code = (f"({total} if {lengths} < 1000000 and "
             f"(({built} := {built_sum}) < _CHARGED_FROM or "
-            f"{w.ref(charge_built)}(scope, {built} >> {CHARS_SHIFT})) and "
+            f"{w.charge(charge_built, f'{built} >> {CHARS_SHIFT}')}) and "
             f"(({total} := {' + '.join(values)}),) else {evaluated})")
     for position, test in reversed(tests):
         so_far = f"{w.ref(add_evaluated)}(({', '.join(values[:position + 1])},), scope)"
@@ -498,7 +596,7 @@ def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) 
             f"(type({b} := {right_code}) is int) and -_BIG < ({result} := {a} + {b}) < _BIG "
             f"else {result} if type({a}) is str and type({b}) is str and "
             f"(({size} := len({a}) + len({b})) < 1000000) and ({size} < _CHARGED_FROM or "
-            f"{w.ref(charge_built)}(scope, {size} >> {CHARS_SHIFT})) and "
+            f"{w.charge(charge_built, f'{size} >> {CHARS_SHIFT}')}) and "
             f"(({result} := {a} + {b}),) "
             f"else {w.ref(add_evaluated)}(({a}, {b}), scope))")
 
@@ -657,6 +755,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     if kind == "print":
         _, items, node = spec
         w.mark(depth, "output", node)
+        w.defer_charges()
         w.line(depth, "try:")
         pieces = []
         static = 0
@@ -683,6 +782,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.line(depth, "if ctx.output_size > ctx.max_output:")
         w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
         _emit(w, depth, pieces)
+        w.flush_charges(depth)
         return
     if kind == "sum_print":
         _sum_print(w, spec, depth)
@@ -690,10 +790,12 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     if kind == "set":
         _, name, value, node = spec
         w.mark(depth, f"set {name}", node)
+        w.defer_charges()
         w.line(depth, "try:")
         w.line(depth + 1, f"vars[{name!r}] = {_expr(w, value)}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
+        w.flush_charges(depth)
         return
     if kind == "define":  # a macro: made for this scope (cannot fail)
         _, name, make, node = spec
@@ -709,8 +811,10 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         assigned, namespace = w.temporary(), w.temporary()
         name = repr(ns_name)
         w.mark(depth, f"set {ns_name}.{attr}", node)
+        w.defer_charges()
         w.line(depth, "try:")
         w.line(depth + 1, f"{assigned} = {_expr(w, value)}")
+        w.flush_charges(depth + 1)  # before the lookup of the namespace charges its steps
         w.line(depth + 1, f"if type({namespace} := ({namespace} if ({namespace} := "
                           f"vars.get({name}, _M)) is not _M or ({namespace} := "
                           f"parent_vars.get({name}, _M)) is not _M else "
@@ -949,6 +1053,8 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         w.line(2, "loop.index0 += 1")
     w.line(2, f"vars[{target!r}] = item")
     body_text = "\n".join(lines)
+    if _mentions(body_text, "_pending"):
+        w.lines.insert(w.lines.index("    remaining = iter(items)"), "    _pending = 0")
     for name, (value, is_dict) in w.hoisted.items():
         w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
         if _mentions(body_text, is_dict):
@@ -981,6 +1087,8 @@ def generate(body: Callable[..., Any]) -> Callable[..., Any]:
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                 "    append = out.append"]
     body_text = "\n".join(w.lines)
+    if _mentions(body_text, "_pending"):
+        prologue.append("    _pending = 0")
     for name, (value, is_dict) in w.hoisted.items():
         prologue.append(f"    {value} = vars[{name!r}]")
         if _mentions(body_text, is_dict):

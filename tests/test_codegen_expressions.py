@@ -197,6 +197,15 @@ CASES = [
     "{{ nothing }}{% endfor %}{{ x }}{{ c }}",
     "{% macro f(p) %}{% for m in messages %}{% set q = p ~ m.role %}{{ q }}{{ p }}{% endfor %}"
     "{% endmacro %}{{ f('a') }}",
+    # steps of strings built in a print or set, charged when it ends: checked where they
+    # arise, and charged before any call that follows in the statement (a filter, a list
+    # printed, a macro)
+    "{% for m in messages %}{{ (m.role + m.role)|wordcount }}{{ m.role|upper }}{{ items }}"
+    "{{ (m.role + '!')|upper }}{% endfor %}",
+    "{% macro g(x) %}{{ x|length }}{% endmacro %}{% for m in messages %}"
+    "{% set x = (m.role + '-' + m.role)|upper ~ m.role|trim %}{{ x }}{{ g(x + x) }}{% endfor %}",
+    "{% set ns = namespace(t='') %}{% for m in messages %}{% set ns.t = ns.t + m.role|lower %}"
+    "{% endfor %}{{ ns.t }}{{ (ns.t + ns.t)|trim }}",
 ]
 
 
