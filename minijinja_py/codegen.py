@@ -12,6 +12,12 @@ the same slow path the closure takes. Closures without a spec are simply called.
 The function is built once the loop has run its body ``compiler.HOT_ITERATIONS`` times, over all
 renders of the compiled template: often enough to pay for ``compile()``, and never in a cold
 start rendering a short conversation (the compiler imports this module only then).
+
+Why one module of over a thousand lines: the writer (``_Writer``) and the code for each
+kind of spec share one state while a body is written (temporaries, names bound, locals read
+once, steps left pending in a statement), and each fast path here mirrors one closure of the
+compiler; split up, every emitter would take that state as arguments and the mirror would
+be harder to check against its closure.
 """
 
 from __future__ import annotations

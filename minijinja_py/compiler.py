@@ -12,6 +12,11 @@ the chain, so a macro sees the latest value of a template variable (as Jinja2's 
 
 Errors: the innermost failing expression locates the error once (``TemplateError._locate``);
 Python errors from operators and builtins become TemplateRuntimeError subclasses there.
+
+Why one module of this size: each node's closure carries its semantics, its limits and
+step charges, and the ``spec`` codegen.py reads, and closures of one template share the
+compiler's state (frames, symbols, the hot switching); the helpers they call are in
+arith, budget, methods, runtime, sandbox and symbols.
 """
 
 from __future__ import annotations
