@@ -31,7 +31,8 @@ import re
 from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, Undefined, to_text
-from .tests import TYPE_TESTS
+from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
+                    is_undefined)
 
 
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
@@ -362,16 +363,17 @@ def _expr(w: _Writer, closure: Any) -> str:
                 f"({value} := parent_vars.get({name}, _M)) is not _M else "
                 f"{w.ref(closure)}(scope))")
     if kind == "lookup":
-        # obj = <operand>; a dict hit is the value, anything else the closure's slow path
+        # obj = <operand>; a dict hit is the value, then (for `obj.name`) a namespace holding
+        # the name, anything else the closure's slow path
         _, operand, key, slow = spec
         k = w.ref(key)
         operand_spec = getattr(operand, "spec", None)
         if operand_spec is not None and operand_spec[0] == "local" and w.hoisting:
             obj, is_dict = w.local(operand_spec[1])
-            return w.dict_read(obj, is_dict, key, f"{w.ref(slow)}({obj}, scope)")
+            return w.dict_read(obj, is_dict, key, _slow_read(w, obj, k, slow))
         obj = w.temporary()
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
-                f"else {w.ref(slow)}({obj}, scope))")
+                f"else {_slow_read(w, obj, k, slow)})")
     if kind == "index":
         # `messages[-1]`: a list holding that index, or a dict holding that key, is read
         # directly (as the closure reads them, free); anything else is the slow path
@@ -459,8 +461,13 @@ def _expr(w: _Writer, closure: Any) -> str:
         _, operand, function, negated = spec
         if function not in TYPE_TESTS:
             return f"{w.ref(closure)}(scope)"
-        call = f"{w.ref(function)}({_expr(w, operand)})"
-        return f"(not {call})" if negated else call
+        written = _INLINE_TESTS.get(function)
+        if written is None:
+            call = f"{w.ref(function)}({_expr(w, operand)})"
+            return f"(not {call})" if negated else call
+        value = w.temporary()  # the test written out: the value named where first read
+        return "(" + written.format(f"({value} := {_expr(w, operand)})", value,
+                                    "not " if negated else "") + ")"
     if kind == "filter":
         _, operand, apply, inline = spec
         if inline is None:
@@ -520,6 +527,18 @@ def _expr(w: _Writer, closure: Any) -> str:
 #: Sums with more operands than this that are not constants stay a closure call (each one
 #: nests a conditional expression).
 MAX_SUM_OPERANDS = 12
+
+
+def _slow_read(w: _Writer, obj: str, k: str, slow: Any) -> str:
+    """What a lookup does when ``obj`` is not a dict holding the key: an attribute of one
+    of the engine's namespaces is read as compiler._slow_getattr reads it, else ``slow``."""
+    fallback = f"{w.ref(slow)}({obj}, scope)"
+    if not getattr(slow, "namespace_attribute", False):
+        return fallback
+    w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
+    value = w.temporary()
+    return (f"({value} if type({obj}) in _NAMESPACE_TYPES and "
+            f"({value} := {obj}._attrs.get({k}, _M)) is not _M else {fallback})")
 
 
 def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
@@ -613,6 +632,18 @@ _INLINE_OPERATORS = frozenset({"-", "%", "//", "==", "!=", "<", "<=", ">", ">="}
 
 _ORDERABLE = frozenset({int, float, bool})
 _EQUATABLE = frozenset({int, float, bool, type(None)})
+
+#: Type tests written out (tests.py's functions, the same expressions): {0} evaluates the
+#: operand and names it {1}; {2} is "not " for `is not`.
+_INLINE_TESTS = {
+    is_none: "{2}{0} is None",
+    is_defined: "{2}not isinstance({0}, _Undefined)",
+    is_undefined: "{2}isinstance({0}, _Undefined)",
+    is_string: "{2}isinstance({0}, str)",
+    is_true: "{2}{0} is True",
+    is_false: "{2}{0} is False",
+    is_boolean: "{2}({0} is True or {1} is False)",
+}
 
 
 #: The generated loop's own ``loop`` (a LoopContext): these attributes are always ints, those
@@ -785,7 +816,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.line(depth + 1, f"ctx.output_size += {size}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
-        w.line(depth, "if ctx.output_size > ctx.max_output:")
+        w.line(depth, "if ctx.output_size > max_output:")
         w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
         _emit(w, depth, pieces)
         w.flush_charges(depth)
@@ -1091,7 +1122,7 @@ def generate(body: Callable[..., Any]) -> Callable[..., Any]:
     _statement(w, body, 1)
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
-                "    append = out.append"]
+                "    append = out.append", "    max_output = ctx.max_output"]
     body_text = "\n".join(w.lines)
     if _mentions(body_text, "_pending"):
         prologue.append("    _pending = 0")

@@ -42,8 +42,8 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from .sandbox import DIRECT_ATTRIBUTES
-from .runtime import (MISSING, BoundMethod, ChainableUndefined, LoopContext, Macro, Namespace,
-                      StrictUndefined, Undefined, to_text as _to_text,
+from .runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined, LoopContext,
+                      Macro, Namespace, StrictUndefined, Undefined, to_text as _to_text,
                       unsafe_undefined, wants_environment)
 
 #: A loop body is compiled to Python (codegen.py) once it has run this many times (over all
@@ -1337,23 +1337,28 @@ class Compiler:
         if isinstance(node.node, n.Name) and not is_dict_method:
             return self.getattr_of_name(node)
         obj_of = self.expr(node.node)
+        if is_dict_method:
+            def get_attribute(scope: Scope) -> Any:
+                obj = obj_of(scope)
+                try:
+                    scope.ctx.steps += SLOW_LOOKUP_STEPS
+                    return sandbox.getattr(obj, name)
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
 
-        def get_attribute(scope: Scope) -> Any:
+            return get_attribute
+        slow = _slow_getattr(sandbox, name, node)
+
+        def get_attribute_of(scope: Scope) -> Any:
             obj = obj_of(scope)
-            if type(obj) is dict and not is_dict_method:
+            if type(obj) is dict:
                 value = obj.get(name, MISSING)
                 if value is not MISSING:
                     return value
-            try:
-                scope.ctx.steps += SLOW_LOOKUP_STEPS
-                return sandbox.getattr(obj, name)
-            except Exception as exc:
-                raise _locate(exc, node) from exc
+            return slow(obj, scope)
 
-        if not is_dict_method:
-            get_attribute.spec = (  # type: ignore[attr-defined]
-                "lookup", obj_of, name, _slow_lookup(sandbox.getattr, name, node))
-        return get_attribute
+        get_attribute_of.spec = ("lookup", obj_of, name, slow)  # type: ignore[attr-defined]
+        return get_attribute_of
 
     # The closures below repeat the scope walk of e_name and the dict fast path of
     # e_getattr/e_getitem on purpose: these lookups run for every message of every render,
@@ -1370,21 +1375,18 @@ class Compiler:
             if direct_type is not None:
                 return self.direct_attribute_of_local(node, direct_type)
 
+            slow = _slow_getattr(sandbox, name, node)
+
             def get_attribute_of_local(scope: Scope) -> Any:
                 obj = scope.vars[variable]
                 if type(obj) is dict:
                     value = obj.get(name, MISSING)
                     if value is not MISSING:
                         return value
-                try:
-                    scope.ctx.steps += SLOW_LOOKUP_STEPS
-                    return sandbox.getattr(obj, name)
-                except Exception as exc:
-                    raise _locate(exc, node) from exc
+                return slow(obj, scope)
 
             get_attribute_of_local.spec = (  # type: ignore[attr-defined]
-                "lookup", _local_loader(variable), name,
-                _slow_lookup(sandbox.getattr, name, node))
+                "lookup", _local_loader(variable), name, slow)
             return get_attribute_of_local
 
         def get_attribute_of_name(scope: Scope) -> Any:
@@ -1400,14 +1402,11 @@ class Compiler:
                 value = obj.get(name, MISSING)
                 if value is not MISSING:
                     return value
-            try:
-                scope.ctx.steps += SLOW_LOOKUP_STEPS
-                return sandbox.getattr(obj, name)
-            except Exception as exc:
-                raise _locate(exc, node) from exc
+            return slow(obj, scope)
 
+        slow = _slow_getattr(sandbox, name, node)
         get_attribute_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
-            "lookup", self.e_name(node.node), name, _slow_lookup(sandbox.getattr, name, node))
+            "lookup", self.e_name(node.node), name, slow)
         return get_attribute_of_name
 
     def direct_attribute_of_local(self, node: n.Node, direct_type: type) -> Expr:
@@ -1418,7 +1417,7 @@ class Compiler:
         variable = node.node.name
         name = node.attr
         read = operator.attrgetter(name)
-        slow = _slow_lookup(self.sandbox.getattr, name, node)
+        slow = _slow_getattr(self.sandbox, name, node)
 
         def other_object(obj: Any, scope: Scope) -> Any:
             """What getattr_of_name does for anything else: a dict hit, or the sandbox."""
@@ -2442,6 +2441,29 @@ def _local_loader(name: str) -> Expr:
 
     load_local.spec = ("local", name)  # type: ignore[attr-defined]
     return load_local
+
+
+def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope], Any]:
+    """The path of an attribute lookup closure (``obj.name``) for anything but a dict holding
+    ``name``: one of the engine's namespaces holding it answers as a dict does (``ns.found``
+    in a loop: an O(1) read, charged nothing beyond the node, like a dict hit); anything else
+    takes the sandbox, charged SLOW_LOOKUP_STEPS (codegen.py inlines both reads)."""
+    getattr_ = sandbox.getattr
+    reads_namespaces = name[:1] != "_"
+
+    def slow(obj: Any, scope: Scope) -> Any:
+        if reads_namespaces and type(obj) in NAMESPACE_TYPES:
+            value = obj._attrs.get(name, MISSING)
+            if value is not MISSING:
+                return value
+        try:
+            scope.ctx.steps += SLOW_LOOKUP_STEPS
+            return getattr_(obj, name)
+        except Exception as exc:
+            raise _locate(exc, node) from exc
+
+    slow.namespace_attribute = reads_namespaces  # type: ignore[attr-defined]
+    return slow
 
 
 def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node

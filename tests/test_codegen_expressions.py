@@ -206,6 +206,13 @@ CASES = [
     "{% set x = (m.role + '-' + m.role)|upper ~ m.role|trim %}{{ x }}{{ g(x + x) }}{% endfor %}",
     "{% set ns = namespace(t='') %}{% for m in messages %}{% set ns.t = ns.t + m.role|lower %}"
     "{% endfor %}{{ ns.t }}{{ (ns.t + ns.t)|trim }}",
+    # attributes of namespaces, read as dict keys are; type tests written out
+    "{% set ns = namespace(a=1, b=none) %}{% for m in messages %}{{ ns.a }}{{ ns.b is none }}"
+    "{{ ns.c }}{{ ns.c is defined }}{{ m.n is none }}{{ m.n is not none }}{{ m.x is undefined }}"
+    "{{ m.role is string }}{{ m.n is boolean }}{{ loop.first is true }}"
+    "{{ loop.last is not false }}{% if ns.a and m.content is string %}s{% endif %}{% endfor %}",
+    "{% for n in [namespace(x=1), {'x': 2}, none, namespace()] %}{{ n.x }}|{% endfor %}"
+    "{% set ns = namespace(items=3) %}{% for m in messages %}{{ ns.items }}{% endfor %}",
 ]
 
 
