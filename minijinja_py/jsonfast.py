@@ -124,7 +124,7 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
             append("{}" if kind is dict else "[]")
             return bound
         step = per_item + (indent_width * (depth + 1) + 1 if indent_width else 0)
-        inner = line_break(depth + 1)
+        inner = breaks[depth + 1] if depth + 1 < len(breaks) else line_break(depth + 1)
         separator = item_separator + inner
         append("{" if kind is dict else "[")
         first = len(parts)
@@ -170,7 +170,7 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                 if bound > size_limit:
                     raise _NotPlain
         parts[first] = inner
-        append(line_break(depth) + "}" if kind is dict else line_break(depth) + "]")
+        append(breaks[depth] + ("}" if kind is dict else "]"))  # (made before `inner`)
         return bound
 
     try:
