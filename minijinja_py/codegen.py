@@ -590,7 +590,7 @@ def _concat(w: _Writer, spec: tuple) -> str:
     """``a ~ b ~ c``: each part evaluated and made text in turn (``text_of`` for anything but
     a str), the total length charged (and size-checked) before the string is built, as the
     closure does."""
-    _, parts, text_of, charge_joined = spec
+    _, parts, text_of, charge_joined, charge = spec
     pieces = []
     lengths = []
     for part in parts:
@@ -605,7 +605,10 @@ def _concat(w: _Writer, spec: tuple) -> str:
         pieces.append(piece)
     total = w.temporary()
     w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
+    # under the size limit only the steps are charged (what charge_joined charges), else
+    # charge_joined checks the size too (and raises)
     return (f"({' + '.join(pieces)} if ({total} := {' + '.join(lengths)}) < _CHARGED_FROM or "
+            f"({total} <= 1000000 and {w.charge(charge, f'{total} >> {CHARS_SHIFT}')}) or "
             f"{w.ref(charge_joined)}(scope, {total}) else '')")
 
 

@@ -2132,7 +2132,8 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
-        concat.spec = ("concat", parts, text_of, charge_joined)  # type: ignore[attr-defined]
+        concat.spec = (  # type: ignore[attr-defined]
+            "concat", parts, text_of, charge_joined, _step_charger(node))
         return concat
 
     def e_compare(self, node: n.Node) -> Expr:
