@@ -1337,14 +1337,11 @@ class Compiler:
         if isinstance(node.node, n.Name) and not is_dict_method:
             return self.getattr_of_name(node)
         obj_of = self.expr(node.node)
-        if is_dict_method:
+        if is_dict_method:  # `obj.items`, a private name: always the sandbox
+            through_sandbox = _slow_lookup(sandbox.getattr, name, node)
+
             def get_attribute(scope: Scope) -> Any:
-                obj = obj_of(scope)
-                try:
-                    scope.ctx.steps += SLOW_LOOKUP_STEPS
-                    return sandbox.getattr(obj, name)
-                except Exception as exc:
-                    raise _locate(exc, node) from exc
+                return through_sandbox(obj_of(scope), scope)
 
             return get_attribute
         slow = _slow_getattr(sandbox, name, node)
