@@ -27,10 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import re
+from functools import partial
 
 from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING, NAMESPACE_TYPES, Undefined, to_text
+from .runtime import MISSING, NAMESPACE_TYPES, Macro, Undefined, to_text
 from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
                     is_undefined)
 
@@ -840,7 +841,10 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     if kind == "define":  # a macro: made for this scope (cannot fail)
         _, name, make, node = spec
         w.mark(depth, f"macro {name}", node)
-        w.line(depth, f"vars[{name!r}] = {w.ref(make)}(scope)")
+        signature, invoke = make.parts  # what make(scope) does, written out
+        w.names["_Macro"], w.names["_partial"] = Macro, partial
+        w.line(depth, f"vars[{name!r}] = _Macro({w.ref(signature)}, _partial({w.ref(invoke)}, "
+                      "scope))")
         return
     if kind == "set_namespace":
         # `set ns.flag = value`: the value, then the name's namespace; one of the engine's

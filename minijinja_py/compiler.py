@@ -1109,6 +1109,7 @@ class Compiler:
         def make(defining_scope: Scope) -> Macro:
             return Macro(signature, partial(invoke, defining_scope))
 
+        make.parts = (signature, invoke)  # type: ignore[attr-defined]  # codegen writes make out
         return make
 
     def s_call_block(self, node: n.Node) -> Stmt:
