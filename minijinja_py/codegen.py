@@ -125,10 +125,6 @@ def _flush_before_calls(lines: List[str]) -> Optional[List[str]]:
     return lines
 
 
-#: A deferred charge (see _Writer.charge), to turn back into a call
-_DEFERRED_CHARGE = re.compile(r"\(ctx\.steps \+ \(_pending := _pending \+ \(([^()]*)\)\) <= "
-                              r"ctx\.max_steps or (_k[0-9]+)\(scope, _pending\)\)")
-
 
 class _Writer:
     """Python source for one body, and the objects it refers to by name."""
@@ -163,10 +159,10 @@ class _Writer:
         self.invariant: Dict[str, str] = {}
         # In a generated loop whose body binds names: those names (None: not known)
         self.binds: Optional[FrozenSet[str]] = None
-        # While a print or set statement is written: the step chargers its expression uses,
-        # whose steps are added up in the local ``_pending`` and charged when the statement
-        # ends (see charge); None elsewhere (each charge is then a call)
-        self.deferred: Optional[List[Any]] = None
+        # While a print or set statement is written: the code of each charge its expressions
+        # leave pending in the local ``_pending`` and of the same charge made at once (see
+        # charge and flush_charges); None elsewhere (each charge is then a call)
+        self.deferred: Optional[List[Tuple[str, str]]] = None
         self.deferred_from = 0  # the statement's first line
 
     def signal(self, depth: int, signal: str) -> None:
@@ -201,11 +197,13 @@ class _Writer:
         ``_pending`` instead and checked there against what ``ctx.steps`` would be (a call
         per string built was an eighth of a simple template's time); over the limit the
         charger itself is called, which charges them and raises, as it would have."""
+        at_once = f"{self.ref(charger)}(scope, {steps})"
         if self.deferred is None:
-            return f"{self.ref(charger)}(scope, {steps})"
-        self.deferred.append(charger)
-        return (f"(ctx.steps + (_pending := _pending + ({steps})) <= ctx.max_steps or "
-                f"{self.ref(charger)}(scope, _pending))")
+            return at_once
+        deferred = (f"(ctx.steps + (_pending := _pending + ({steps})) <= ctx.max_steps or "
+                    f"{self.ref(charger)}(scope, _pending))")
+        self.deferred.append((deferred, at_once))
+        return deferred
 
     def defer_charges(self) -> None:
         """A print or set statement starts: its expressions may leave steps pending."""
@@ -217,14 +215,15 @@ class _Writer:
         charged after them, and before any call they make that could read ``ctx.steps``
         (a closure, ``_text``), so that every check anywhere sees the same count as on
         the closures' path."""
-        chargers, self.deferred = self.deferred, None
-        if not chargers:
+        charges, self.deferred = self.deferred, None
+        if not charges:
             return
         statement = self.lines[self.deferred_from:]
         flushing = _flush_before_calls(statement)
         if flushing is None:  # each charge a call again
-            self.lines[self.deferred_from:] = [_DEFERRED_CHARGE.sub(r"\2(scope, \1)", line)
-                                               for line in statement]
+            for deferred, at_once in charges:
+                statement = [line.replace(deferred, at_once) for line in statement]
+            self.lines[self.deferred_from:] = statement
             return
         self.names["_flushed"] = _flushed
         self.lines[self.deferred_from:] = flushing

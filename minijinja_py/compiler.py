@@ -822,25 +822,16 @@ class Compiler:
         def for_stmt(scope: Scope, out: list) -> Any:
             return run(scope, out, iterable(scope), 0)
 
-        if not (fast_path and not fresh and loop_filter is None):
+        if not (fast_path and not fresh):
             return for_stmt
 
         def for_simple(scope: Scope, out: list) -> Any:
-            """``run`` and ``items_of`` for the common loop over a list or tuple, written
-            out: an inner loop is entered for every message (anything else, or anything
-            over a limit, takes ``run``, which raises)."""
-            value = iterable(scope)
-            kind = type(value)
-            if kind is not list and kind is not tuple:
-                return run(scope, out, value, 0)
-            ctx = scope.ctx
-            size = len(value)
-            if size > ctx.limits.max_collection_size or ctx.steps + (size >> 1) > ctx.max_steps:
-                return run(scope, out, value, 0)
-            if not size:
+            """``for_stmt`` and ``run`` in one call, for the common loop (one name, no
+            `else`, nothing bound in the body): an inner loop is entered for every message."""
+            items = items_of(scope, iterable(scope))
+            if not items:
                 return None
-            ctx.steps += size >> 1  # budget.ITEMS_SHIFT, as materialise charges
-            items = list(value)
+            ctx = scope.ctx
             loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
                                ctx.undefined) if uses_loop else None
             return run_simple(scope, out, items, loop, ctx)
@@ -2447,19 +2438,15 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
     ``name``: one of the engine's namespaces holding it answers as a dict does (``ns.found``
     in a loop: an O(1) read, charged nothing beyond the node, like a dict hit); anything else
     takes the sandbox, charged SLOW_LOOKUP_STEPS (codegen.py inlines both reads)."""
-    getattr_ = sandbox.getattr
+    through_sandbox = _slow_lookup(sandbox.getattr, name, node)
     reads_namespaces = name[:1] != "_"
 
     def slow(obj: Any, scope: Scope) -> Any:
         if reads_namespaces and type(obj) in NAMESPACE_TYPES:
-            value = obj._attrs.get(name, MISSING)
+            value = obj._template_getattr(name)  # as the sandbox reads it
             if value is not MISSING:
                 return value
-        try:
-            scope.ctx.steps += SLOW_LOOKUP_STEPS
-            return getattr_(obj, name)
-        except Exception as exc:
-            raise _locate(exc, node) from exc
+        return through_sandbox(obj, scope)
 
     slow.namespace_attribute = reads_namespaces  # type: ignore[attr-defined]
     return slow
