@@ -70,7 +70,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'minijinja_py' has no attribute {name!r}")
     from importlib import import_module
 
-    value = getattr(import_module(f".{module_name}", __name__), name)
+    from .nodes import paused_gc
+
+    with paused_gc():  # importing creates objects that all stay alive: see paused_gc
+        value = getattr(import_module(f".{module_name}", __name__), name)
     globals()[name] = value
     return value
 

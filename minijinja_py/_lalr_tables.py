@@ -4,7 +4,7 @@ do not edit (a rule or a state a line)."""
 TABLES = {
     'end_states': {'expr_tag': 30, 'filter_tag': 55, 'for_tag': 58, 'if_tag': 61, 'macro_tag': 65, 'print_tag': 67, 'set_tag': 69, 'signature_tag': 72, 'with_tag': 75},
     'format': 1,
-    'grammar': '6b7fd18a-9473',
+    'grammar': '9a23ff14a429c6cd-9473',
     'rules': [
         ['print_tag', 1, None, False, []],
         ['expr_tag', 1, None, False, []],

@@ -10,7 +10,7 @@ written atomically (temp file + rename).
 An entry is trusted only as far as it checks out; anything else is a miss (the template is
 parsed again), never an error and never a hang:
 
-- a CRC over the whole entry: a truncated or corrupted file is ignored;
+- a SHA-256 of the whole payload: a truncated or corrupted file is ignored;
 - the entry holds the full SHA-256 it was stored under, compared with the one asked for: an
   entry copied or renamed over another template's name is ignored (it would render the other
   template's output);
@@ -33,20 +33,20 @@ import marshal
 import os
 import stat
 import sys
-import zlib
 
 from . import nodes as n
+from .checksum import sha256
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Optional, Tuple
 
-FORMAT = 2
+FORMAT = 3
 #: marshal format of the payload: 2 is the last without back-references (FLAG_REF, format 3+)
 MARSHAL_VERSION = 2
-_MAGIC = "minijinja_py parse cache 2"  # first item of the payload
+_MAGIC = "minijinja_py parse cache 3"  # first item of the payload
 _DIGEST_SIZE = 32
-_HEADER = 4  # the CRC-32 of the payload; the payload is (magic, digest, encoded AST)
+_HEADER = 32  # the SHA-256 of the payload; the payload is (magic, digest, encoded AST)
 #: An entry may be at most this many bytes per source character (plus SIZE_SLACK). The
 #: densest ASTs (a list of one-digit literals, chains of unary minus) take under 20.
 SIZE_PER_CHARACTER = 48
@@ -73,21 +73,10 @@ def cache_dir() -> str:
     return os.path.join(base, "minijinja_py")
 
 
-def _sha256() -> "Any":
-    try:  # the C module itself: hashlib would load OpenSSL, milliseconds of a cold start
-        from _sha256 import sha256  # CPython <= 3.11
-    except ImportError:  # pragma: no cover - other versions and interpreters
-        try:
-            from _sha2 import sha256  # CPython 3.12+
-        except ImportError:
-            from hashlib import sha256
-    return sha256()
-
-
 def entry_key(source: str, options: "Tuple[Any, ...]", engine: str) -> str:
     """The entry's file name: the SHA-256 of everything the AST depends on, and the source's
     length (which bounds the entry's size, see :func:`size_cap`)."""
-    digest = _sha256()
+    digest = sha256()
     digest.update(repr((FORMAT, engine, options, sys.version_info[:2])).encode())
     digest.update(b"\x00")
     digest.update(source.encode("utf-8", "surrogatepass"))
@@ -127,6 +116,11 @@ def _encode(value: "Any") -> "Any":
     if isinstance(value, str) and type(value) is not str:
         return str(value)  # parser tokens kept inside Compare ops
     return value
+
+
+def payload_checksum(payload: "Any") -> bytes:
+    """What an entry starts with: the SHA-256 of the rest (the payload)."""
+    return sha256(payload).digest()
 
 
 class _TooLarge(Exception):
@@ -176,19 +170,18 @@ _LEAF_TYPES = {_NODE_INDEX[cls]: cls for cls in (n.Const, n.Name, n.TemplateData
 
 
 def dumps(template: n.Template, digest: bytes = bytes(_DIGEST_SIZE)) -> bytes:
-    """The entry for ``template``, stored under ``digest`` (see :func:`entry_key`): the CRC-32
+    """The entry for ``template``, stored under ``digest`` (see :func:`entry_key`): the SHA-256
     of the payload, then the payload, ``(magic, digest, encoded AST)`` in marshal format 2."""
     if len(digest) != _DIGEST_SIZE:
         raise ValueError("digest of the wrong size")
     payload = marshal.dumps((_MAGIC, digest, _encode(template)), MARSHAL_VERSION)
-    return zlib.crc32(payload).to_bytes(4, "big") + payload
+    return payload_checksum(payload) + payload
 
 
 def loads(data: bytes, digest: "Optional[bytes]" = None) -> "Optional[n.Template]":
-    """The template of an entry, or None when anything about it does not check out (its CRC,
+    """The template of an entry, or None when anything about it does not check out (its checksum,
     the ``digest`` it was stored under when given, its items: see :func:`_decoder`)."""
-    if len(data) <= _HEADER or int.from_bytes(data[:4], "big") != zlib.crc32(
-            memoryview(data)[_HEADER:]):
+    if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):
         return None
     try:
         payload = memoryview(data)[_HEADER:]

@@ -22,7 +22,7 @@ from .compiler import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
-from .nodes import PausedGC
+from .nodes import paused_gc
 from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
                       TemplateReference, Undefined, raise_template_error, wants_environment)
 from .sandbox import Sandbox
@@ -74,8 +74,9 @@ class Environment:
         #: keep parsed templates in the user's cache directory (see diskcache.py)
         self.parse_cache = parse_cache
         self.sandbox = Sandbox(immutable, undefined)
-        self.filters: Dict[str, Callable[..., Any]] = _load_filters()
-        self.tests: Dict[str, Callable[..., Any]] = _load_tests()
+        with paused_gc():  # the first environment imports the filters and tests
+            self.filters: Dict[str, Callable[..., Any]] = _load_filters()
+            self.tests: Dict[str, Callable[..., Any]] = _load_tests()
         self.globals: Dict[str, Any] = default_globals(self)
         self._cache: Dict[Tuple[Any, ...], Any] = {}  # insertion-ordered: oldest first
 
@@ -98,7 +99,7 @@ class Environment:
         _limits.ensure_recursion_headroom(self.limits)
         parse_token = _limits.activate_parse(self.limits)  # the deadline of this parse
         try:
-            with PausedGC(len(source)):  # a big source: see nodes.PausedGC
+            with paused_gc():  # see nodes.paused_gc
                 ast = self._parse(source, name)
                 try:
                     compiled = Compiler(self).compile_template(ast)  # (root, fresh, blocks)
@@ -210,22 +211,23 @@ def _engine_id() -> str:
     global _ENGINE_ID
     if _ENGINE_ID is None:
         import os
-        import zlib
 
         from . import __version__
-        from .lalr import grammar_checksum, read_grammar
+        from .lalr import grammar_identity
 
-        # the AST's shape is defined by the grammar, the parser and the node classes
+        # The AST's shape is defined by the grammar, the parser and the node classes. Their
+        # files are told apart by size and modification time, as Python tells a stale .pyc
+        # (reading and hashing them cost a cold start about 0.3 ms).
         here = os.path.dirname(os.path.abspath(__file__))
-        code = 0
+        stamps = []
         for module in ("nodes.py", "parser.py", "scanner.py", "lalr.py", "_lalr_tables.py",
                        "diskcache.py"):
             try:
-                with open(os.path.join(here, module), "rb") as handle:
-                    code = zlib.crc32(handle.read(), code)
+                info = os.stat(os.path.join(here, module))
+                stamps.append(f"{info.st_size}.{info.st_mtime_ns}")
             except OSError:
-                pass
-        _ENGINE_ID = f"{__version__}:{grammar_checksum(read_grammar())}:{code:08x}"
+                stamps.append("-")
+        _ENGINE_ID = f"{__version__}:{grammar_identity()}:{','.join(stamps)}"
     return _ENGINE_ID
 
 

@@ -22,7 +22,6 @@ tags of the same shape replay without consulting the tables (see :func:`_replay`
 from __future__ import annotations
 
 import os
-import zlib
 from operator import itemgetter
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +58,20 @@ def read_grammar() -> str:
 
 
 def grammar_checksum(grammar: str) -> str:
-    return f"{zlib.crc32(grammar.encode('utf-8')):08x}-{len(grammar)}"
+    from .checksum import sha256
+
+    return f"{sha256(grammar.encode('utf-8')).hexdigest()[:16]}-{len(grammar)}"
+
+
+_grammar_identity: "List[str]" = []
+
+
+def grammar_identity() -> str:
+    """The checksum of the grammar file, read once per process (the shipped tables and the
+    parse cache's entries are both checked against it)."""
+    if not _grammar_identity:
+        _grammar_identity.append(grammar_checksum(read_grammar()))
+    return _grammar_identity[0]
 
 
 def tables_path() -> str:
@@ -229,8 +241,7 @@ class Tables:
 
 def load_tables(start_symbols: List[str]) -> Tables:
     """The shipped tables when they match the grammar; else tables rebuilt with Lark."""
-    grammar = read_grammar()
-    checksum = grammar_checksum(grammar)
+    checksum = grammar_identity()
     try:
         from ._lalr_tables import TABLES as data
     except (ImportError, SyntaxError):  # removed, or a half-written regeneration
@@ -239,7 +250,7 @@ def load_tables(start_symbols: List[str]) -> Tables:
             and data.get("grammar") == checksum
             and sorted(data.get("start_states", {})) == sorted(start_symbols)):
         return Tables(data)
-    return Tables(build_tables(grammar, start_symbols))
+    return Tables(build_tables(read_grammar(), start_symbols))
 
 
 # ---- the driver ----------------------------------------------------------------------------

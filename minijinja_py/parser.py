@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import _thread
 import warnings
-from bisect import bisect_right as _bisect_right
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Optional, Tuple
@@ -32,7 +31,8 @@ from . import nodes as n
 from .nodes import GC_PAUSE_SOURCE, PausedGC
 from .exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
 from .limits import check_deadline
-from .scanner import BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineIndex, Segment, scan
+from .scanner import (BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineIndex, Segment,
+                      line_number, scan)
 
 DEFAULT_MAX_NESTING = 128
 START_SYMBOLS = ["print_tag", "expr_tag", "if_tag", "for_tag", "set_tag", "macro_tag",
@@ -72,7 +72,10 @@ def _position_function(starts: List[int]) -> Any:
     def position(offset: int) -> Tuple[int, int]:
         nonlocal line, line_start, next_start
         if offset >= next_start or offset < line_start:
-            line = _bisect_right(starts, offset)
+            if offset >= next_start and (line + 1 >= last_line or offset < starts[line + 1]):
+                line += 1  # the next line, the commonest move
+            else:
+                line = line_number(starts, offset)
             line_start = starts[line - 1]
             next_start = starts[line] if line < last_line else _NO_OFFSET
         return line, offset - line_start + 1

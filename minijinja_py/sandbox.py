@@ -212,7 +212,7 @@ _DEFAULT = Sandbox(True, Undefined)
 
 def current_sandbox() -> Sandbox:
     """The sandbox of the render in progress (its RenderContext's, found where the limits
-    find it: one context variable per render), an immutable default outside a render."""
+    find it: the render in progress on this thread), an immutable default outside a render."""
     from .limits import current_render
 
     sandbox = getattr(current_render(), "sandbox", None)

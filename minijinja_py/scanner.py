@@ -12,13 +12,13 @@ This module must not import Lark: it also serves tools that only need the segmen
 
 from __future__ import annotations
 
-import bisect
 import re
 import sys
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Dict, List, Optional, Tuple
 
+from .aot_regex import compile as _compile_re  # re.compile, without its cost (see there)
 from .exceptions import LimitExceededError, TemplateSyntaxError
 from .limits import check_deadline
 
@@ -36,11 +36,30 @@ ERROR = "error"  # see ErrorSegment
 if TYPE_CHECKING:  # pragma: no cover
     Token = Tuple[str, str, int]
 
-_NEWLINE_RE = re.compile(r"\r\n|\r|\n")
-_TAG_OPEN_RE = re.compile(r"\{([{%#])([-+]?)")  # a tag's start and its modifier
-_RAW_BEGIN_RE = re.compile(r"\{%([-+]?)\s*raw\s*(?:(-)%\}\s*|%\})")
-_WHITESPACE_RE = re.compile(r"\s*")
-_LSTRIPPABLE_RE = re.compile(r"\s+")
+_TAG_OPEN_RE = _compile_re(r"\{([{%#])([-+]?)")  # a tag's start and its modifier
+# Patterns most templates never need (CR line ends, raw blocks, comments): compiled on first
+# use, which a cold start would otherwise pay for (re compiles in Python, 0.1 ms apiece).
+_RARE_PATTERNS = {
+    "newline": r"\r\n|\r|\n",
+    "raw_begin": r"\{%([-+]?)\s*raw\s*(?:(-)%\}\s*|%\})",
+    # the ends of a comment and of a raw block, and with trim_blocks (the newline after)
+    "comment_end": r"\+#\}|(-)#\}\s*|#\}",
+    "comment_end_trim": r"\+#\}|(-)#\}\s*|#\}\n?",
+    "endraw": r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\})",
+    "endraw_trim": r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\}\n?)",
+}
+_rare_compiled: "Dict[str, re.Pattern[str]]" = {}
+
+
+def _rare(name: str) -> "re.Pattern[str]":
+    pattern = _rare_compiled.get(name)
+    if pattern is None:
+        pattern = _rare_compiled[name] = _compile_re(_RARE_PATTERNS[name], re.S)
+    return pattern
+
+
+_WHITESPACE_RE = _compile_re(r"\s*")
+_LSTRIPPABLE_RE = _compile_re(r"\s+")
 
 # The order of the alternatives follows Jinja2's lexer: whitespace, float, integer, name,
 # string, operator. A float may not start right after a dot, so `l.0.1` is l[0][1].
@@ -58,7 +77,7 @@ def _token_re() -> "re.Pattern[str]":
     """One token, or a run of whitespace, in Jinja2's order (only needed in rare cases: it is
     compiled on first use, to keep it out of the import time)."""
     if not _token_re_compiled:
-        _token_re_compiled.append(re.compile(
+        _token_re_compiled.append(_compile_re(
             "(?P<ws>\\s+)|"
             + "|".join(f"(?P<{name}>{pattern})" for name, pattern in _TOKEN_PATTERNS), re.S))
     return _token_re_compiled[0]
@@ -80,18 +99,28 @@ def _end_re(kind: str) -> "re.Pattern[str]":
     use: only a repeated tag needs it)."""
     pattern = _end_res.get(kind)
     if pattern is None:
-        pattern = _end_res[kind] = re.compile(_VAR_END if kind == "{" else _BLOCK_END)
+        pattern = _end_res[kind] = _compile_re(_VAR_END if kind == "{" else _BLOCK_END)
     return pattern
 
 
+def compile_all_patterns() -> None:
+    """Compile the patterns compiled on first use too (for ``python -m
+    minijinja_py.aot_regex``, which ships the programs of all of them)."""
+    for name in _RARE_PATTERNS:
+        _rare(name)
+    _end_re("{")
+    _end_re("%")
+    _token_re()
+
+
 _TOKEN_PATTERNS_BY_NAME = dict(_TOKEN_PATTERNS)
-_WORD_RE = re.compile(r"\w")
+_WORD_RE = _compile_re(r"\w")
 # Blanks that are never given back: atomic groups and possessive quantifiers exist from Python
 # 3.11. Nothing that follows blanks here can start with a blank, so on 3.10 plain ``\s*`` reads
 # the same tokens (it only tries, and fails, to give blanks back before reporting an error).
 _BLANKS, _BLANKS_KEPT = (("(?>\\s*)", "\\s*+") if sys.version_info >= (3, 11)
                          else ("\\s*", "\\s*"))
-_TAG_TOKEN_RE = re.compile(
+_TAG_TOKEN_RE = _compile_re(
     f"{_BLANKS}(?:(?P<vend>{_VAR_END})|(?P<bend>{_BLOCK_END})|"
     + "|".join(f"(?P<{name}>{_TOKEN_PATTERNS_BY_NAME[name]})"
                for name in ("op", "NAME", "FLOAT", "INT", "STRING"))
@@ -101,7 +130,7 @@ _TAG_TOKEN_RE = re.compile(
 # A whole tag interior that is one name (``{{ x }}``, ``{% endif %}``) then an end: the
 # commonest tags, read in one regex call. Matches exactly where _TAG_TOKEN_RE would read a
 # NAME and then an end. Groups: blanks, name, blanks, var end, block end, newline of `%}\n`.
-_NAME_TAG_RE = re.compile(
+_NAME_TAG_RE = _compile_re(
     f"({_BLANKS_KEPT})({_TOKEN_PATTERNS_BY_NAME['NAME']})({_BLANKS_KEPT})(?:({_VAR_END})|("
     + _BLOCK_END.replace("(?P<nl>", "(") + "))",
     re.S,
@@ -172,17 +201,37 @@ class LineIndex:
     __slots__ = ("starts",)
 
     def __init__(self, source: str) -> None:
-        self.starts = [0] + [m.end() for m in re.finditer("\n", source)]
+        starts = [0]
+        find = source.find
+        newline = find("\n")
+        while newline != -1:
+            starts.append(newline + 1)
+            newline = find("\n", newline + 1)
+        self.starts = starts
 
     def position(self, offset: int) -> Tuple[int, int]:
-        line = bisect.bisect_right(self.starts, offset)
+        line = line_number(self.starts, offset)
         return line, offset - self.starts[line - 1] + 1
+
+
+def line_number(starts: List[int], offset: int) -> int:
+    """The 1-based line holding ``offset``, given the offsets where lines start (a binary
+    search, as ``bisect.bisect_right``: importing bisect costs a cold start more than the
+    few searches a parse makes)."""
+    low, high = 0, len(starts)
+    while low < high:
+        middle = (low + high) // 2
+        if offset < starts[middle]:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def normalize_source(source: str, keep_trailing_newline: bool) -> str:
     """CRLF and CR become LF; one trailing newline goes unless keep_trailing_newline."""
     if "\r" in source:
-        source = _NEWLINE_RE.sub("\n", source)
+        source = _rare("newline").sub("\n", source)
     if not keep_trailing_newline and source.endswith("\n"):
         source = source[:-1]
     return source
@@ -204,11 +253,6 @@ class Scanner:
         self.name = name
         self.original_source = original_source if original_source is not None else source
         self.lines = LineIndex(source)
-        suffix = r"\n?" if trim_blocks else ""
-        self._comment_end_re = re.compile(r"\+#\}|(-)#\}\s*|#\}" + suffix, re.S)
-        self._endraw_re = re.compile(
-            r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\}" + suffix + ")", re.S
-        )
 
     # -- errors -------------------------------------------------------------------------
     def error(self, message: str, offset: int) -> TemplateSyntaxError:
@@ -281,7 +325,7 @@ class Scanner:
             raw = None
             if one_name is not None and kind == "%" and one_name[2] == "raw":
                 # `{% raw %}` is exactly a one-name block tag `raw` not ended by `+%}`
-                raw = _RAW_BEGIN_RE.match(source, start)
+                raw = _rare("raw_begin").match(source, start)
             if start > pos:
                 text = source[pos:start]
                 if modifier == "-" or (lstrip_blocks and modifier != "+" and kind != "{"):
@@ -436,7 +480,8 @@ class Scanner:
         body_start = raw.end()
         if body_start == len(self.source):
             return body_start, False  # Jinja2 drops a raw tag that ends the source
-        end = self._endraw_re.search(self.source, body_start)
+        end = _rare("endraw_trim" if self.trim_blocks else "endraw").search(self.source,
+                                                                          body_start)
         if end is None:  # (Jinja2's line: after the raw tag, where its lexer looks for the end)
             raise self.error("Missing end of raw directive", body_start)
         body = self.source[body_start:end.start()]
@@ -451,7 +496,8 @@ class Scanner:
     def _scan_comment(self, start: int, body_start: int) -> Tuple[int, bool]:
         if body_start == len(self.source):
             return body_start, False  # Jinja2 drops a comment opener that ends the source
-        end = self._comment_end_re.search(self.source, body_start)
+        end = _rare("comment_end_trim" if self.trim_blocks else "comment_end").search(
+            self.source, body_start)
         if end is None:
             raise self.error("Missing end of comment tag", start)
         return end.end(), end.group(0).endswith("\n")

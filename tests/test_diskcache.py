@@ -102,7 +102,7 @@ def test_entry_swapped_for_another_templates_is_a_miss(cache_dir, monkeypatch) -
     (first_entry,) = _entries(cache_dir)
     mj.chat_environment().from_string(second)
     (second_entry,) = [f for f in _entries(cache_dir) if f != first_entry]
-    # the first template's entry under the second's name: CRC-valid, but not the second's
+    # the first template's entry under the second's name: checksum-valid, but not the second's
     (cache_dir / second_entry).write_bytes((cache_dir / first_entry).read_bytes())
     os.chmod(cache_dir / second_entry, 0o600)
     key = second_entry
@@ -127,13 +127,12 @@ def _digest(source):
 
 
 def _forge_entry(cache_dir, source, payload: bytes) -> str:
-    """Write a CRC-valid entry holding ``payload`` (marshal bytes) under ``source``'s key."""
-    import zlib
-
+    """Write an entry holding ``payload`` (marshal bytes) under ``source``'s key, with the
+    checksum a valid entry has."""
     key = _key(source)
     os.makedirs(cache_dir, mode=0o700, exist_ok=True)
     path = cache_dir / key
-    path.write_bytes(zlib.crc32(payload).to_bytes(4, "big") + payload)
+    path.write_bytes(diskcache.payload_checksum(payload) + payload)
     os.chmod(path, 0o600)
     return key
 

@@ -615,13 +615,14 @@ def _perturb(value: Any, rng: Any) -> Any:
 @pytest.mark.parametrize("seed", range(40))
 def test_damaged_parse_cache_entry_never_escapes(seed: int, tmp_path: Any,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """from_string() and render() with a CRC-valid but structurally wrong cache entry (as one
-    written by another build of the same version): a str or a TemplateError, never another
+    """from_string() and render() with a checksum-valid but structurally wrong cache entry (as
+    one written by another build of the same version): a str or a TemplateError, never another
     exception (e.g. by validating the entry, or by parsing again when it does not compile)."""
     import marshal
     import os
     import random
-    import zlib
+
+    from minijinja_py import diskcache
 
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
@@ -638,9 +639,9 @@ def test_damaged_parse_cache_entry_never_escapes(seed: int, tmp_path: Any,
     entries = os.listdir(cache)
     assert len(entries) == 1, entries  # the engine stored its parse
     path = cache / entries[0]
-    payload = path.read_bytes()[4:]
+    payload = path.read_bytes()[diskcache._HEADER:]
     damaged = marshal.dumps(_perturb(marshal.loads(payload), random.Random(seed)))
-    path.write_bytes(zlib.crc32(damaged).to_bytes(4, "big") + damaged)
+    path.write_bytes(diskcache.payload_checksum(damaged) + damaged)
     try:
         output = mj.chat_environment().from_string(source).render(**data)
     except mj.TemplateError:

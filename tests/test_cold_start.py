@@ -1,0 +1,79 @@
+"""What a cold start skips, checked: shipped regex programs are exactly what ``re`` compiles,
+the render in progress is per thread, and a cold render loads no module it does not need."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+
+import minijinja_py as mj
+from minijinja_py import aot_regex, limits, scanner
+
+
+def test_shipped_regex_programs_are_what_re_compiles_now() -> None:
+    from minijinja_py._regex_programs import PROGRAMS
+
+    scanner.compile_all_patterns()
+    shipped = PROGRAMS.get(aot_regex.engine_key())
+    if shipped is not None:
+        assert set(shipped) == aot_regex.requested, \
+            "a scanner pattern changed: run `python -m minijinja_py.aot_regex`"
+        for (pattern, flags), program in shipped.items():
+            assert program == aot_regex.program(pattern, flags), pattern
+    for pattern, flags in aot_regex.requested:  # shipped or not, the same Pattern as re's
+        ours, theirs = aot_regex.compile(pattern, flags), re.compile(pattern, flags)
+        assert (ours.pattern, ours.flags, ours.groups, ours.groupindex) == \
+            (theirs.pattern, theirs.flags, theirs.groups, theirs.groupindex)
+
+
+def test_scanner_patterns_match_as_re_compiles_them() -> None:
+    samples = ["  name }}", " 1_000.5e-3 %}\n", "'it\\'s' }}", "-}}  \n", "** 2", "x|trim -%}"]
+    for pattern in (scanner._TAG_TOKEN_RE, scanner._NAME_TAG_RE, scanner._token_re()):
+        theirs = re.compile(pattern.pattern, pattern.flags)
+        for text in samples:
+            for start in range(len(text)):
+                ours_match, their_match = pattern.match(text, start), theirs.match(text, start)
+                assert (ours_match and (ours_match.span(), ours_match.groups())) == \
+                    (their_match and (their_match.span(), their_match.groups()))
+
+
+def test_a_program_the_engine_refuses_is_compiled_as_usual(monkeypatch) -> None:
+    aot_regex.compile(r"\w")  # the shipped programs are loaded
+    pattern = r"a+(b)?"
+    monkeypatch.setitem(aot_regex._programs, (pattern, 0), (32, (1, 2, 3), 1, {}, (None,)))
+    compiled = aot_regex.compile(pattern)
+    assert compiled.match("aab").group(1) == "b"
+
+
+def test_the_render_in_progress_is_per_thread_and_nests() -> None:
+    outer, inner = mj.Limits(max_steps=5), mj.Limits(max_steps=7)
+    seen_elsewhere = []
+    token = limits.activate(outer)
+    try:
+        thread = threading.Thread(target=lambda: seen_elsewhere.append(limits.current_render()))
+        thread.start()
+        thread.join()
+        assert limits.current_limits() is outer
+        nested = limits.activate(inner)
+        assert limits.current_limits() is inner
+        limits.deactivate(nested)
+        assert limits.current_limits() is outer
+    finally:
+        limits.deactivate(token)
+    assert seen_elsewhere == [None]
+    assert limits.current_render() is None
+
+
+def test_a_cold_render_loads_no_extension_module_it_can_do_without() -> None:
+    code = ("import sys, datetime; before = set(sys.modules)\n"
+            "import minijinja_py as mj\n"
+            "env = mj.chat_environment(now=datetime.datetime(2025, 1, 1))\n"
+            "env.from_string('{% for m in messages %}{{ m.role|trim }}{# c #}{% endfor %}')"
+            ".render(messages=[{'role': 'user'}])\n"
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split()
+    for unwanted in ("zlib", "bisect", "contextvars", "hashlib", "threading", "typing"):
+        assert unwanted not in loaded, unwanted
