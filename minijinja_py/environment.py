@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .provenance import ProvenanceResult
 
+from time import monotonic as _monotonic
+
 from . import deadline as _deadline
 from . import limits as _limits
 from .compiler import Compiler, RenderContext, Scope
@@ -248,7 +250,9 @@ class Template:
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         """Render with variables given as a dict and/or keyword arguments."""
-        return self._render(dict(*args, **kwargs), False)[0]
+        # ``kwargs`` is a dict of this call's own: the render may add to it (undefined names,
+        # ``self``) without touching the caller's
+        return self._render(dict(*args, **kwargs) if args else kwargs, False)[0]
 
     def render_with_spans(self, *args: Any, **kwargs: Any) -> Tuple[str, List[Tuple[int, int]]]:
         """Render and return ``(text, spans)``: the ``(start, end)`` character offsets of the
@@ -318,9 +322,10 @@ class Template:
             variables["self"] = TemplateReference(blocks, root)
         _limits.ensure_recursion_headroom(env.limits)
         limits_token = _limits.activate(ctx)  # the sandbox too: see sandbox.current_sandbox
-        ctx.deadline = env.limits.deadline()
-        if ctx.deadline is not None:
-            _deadline.watch(ctx, env.limits.max_seconds)
+        max_seconds = env.limits.max_seconds
+        if max_seconds is not None:  # Limits.deadline(), written out: every render asks
+            ctx.deadline = _monotonic() + max_seconds
+            _deadline.watch(ctx, max_seconds)
         try:
             root_code(root, out)
             ctx.check_output()

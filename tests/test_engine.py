@@ -164,3 +164,12 @@ def test_literal_strings_are_the_text_and_string_constants_a_template_writes() -
         "{% for m in messages %}<|im_start|>{{ m.role + '\\n' }}{% if x == 'y' %}{{ 'a' ~ b }}"
         "{% endif %}{{ 3 }}{% endfor %}")
     assert template.literal_strings() == frozenset({"<|im_start|>", "\n", "y", "a"})
+
+
+def test_render_leaves_the_callers_variables_as_they_were() -> None:
+    # the render adds names the template reads but was not given, and `self` for blocks
+    template = mj.Template("{{ x }}{{ missing }}{% block b %}[b]{% endblock %}{{ self.b() }}")
+    data = {"x": 1}
+    first = template.render(**data)
+    assert template.render(data) == template.render(data, y=2) == template.render(**data) == first
+    assert data == {"x": 1}
