@@ -179,8 +179,9 @@ def dumps(template: n.Template, digest: bytes = bytes(_DIGEST_SIZE)) -> bytes:
 
 
 def loads(data: bytes, digest: "Optional[bytes]" = None) -> "Optional[n.Template]":
-    """The template of an entry, or None when anything about it does not check out (its checksum,
-    the ``digest`` it was stored under when given, its items: see :func:`_decoder`)."""
+    """The template of an entry, or None when anything about it does not check out (its
+    checksum, the ``digest`` it was stored under when given, its items: see
+    :func:`_decoder`)."""
     if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):
         return None
     try:
