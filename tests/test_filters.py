@@ -780,6 +780,35 @@ def test_within_limits_still_works(small_limits) -> None:
     assert FILTERS["format"]("%5s|", "x") == "    x|"
 
 
+def test_tojson_of_trees_shared_data_and_cycles_is_json_dumps() -> None:
+    # a tree skips json's circular reference check (the size walk saw every container once);
+    # shared data and cycles keep it
+    import json
+
+    leaf = {"type": "string", "enum": ["a", "é"]}
+    tree = [{"name": "f", "parameters": {"x": dict(leaf), "y": [1, 2.5, None, True]}}]
+    shared = {"a": leaf, "b": [leaf, leaf], "c": (leaf,)}
+    def outcome(dumps: Any, value: Any, **options: Any) -> Any:
+        try:
+            return dumps(value, **options)
+        except TypeError as exc:  # sort_keys over keys of mixed types
+            return type(exc)
+
+    for value in (tree, shared, {1: "one", None: "none"}, []):
+        for ensure_ascii in (False, True):
+            for sort_keys in (False, True):
+                assert outcome(FILTERS["tojson"], value, ensure_ascii=ensure_ascii,
+                               sort_keys=sort_keys) == \
+                    outcome(json.dumps, value, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+    inner: List[Any] = [1]
+    cycle = {"deep": [{"more": inner}]}
+    inner.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        json.dumps(cycle)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        FILTERS["tojson"](cycle)
+
+
 def test_round_huge_negative_precision_is_fast() -> None:
     assert FILTERS["round"](5, -(10 ** 9)) == 0
     assert FILTERS["round"](-(10 ** 40), -(10 ** 9)) == 0
