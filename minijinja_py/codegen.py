@@ -348,20 +348,8 @@ def _expr(w: _Writer, closure: Any) -> str:
     if kind == "name":
         # a name of an enclosing scope: this scope and its parent probed inline (loop
         # bodies read the template's variables there), the closure's walk beyond
-        name = w.ref(spec[1])
-        if w.in_loop and (w.hoisting or (w.binds is not None and spec[1] not in w.binds)):
-            # a loop body that binds nothing (or not this name): what the two scopes hold for
-            # the name cannot change while the loop runs (nothing else runs in them
-            # meanwhile), so they are probed once, before it; a miss still takes the
-            # closure's walk at each use
-            found = w.invariant.get(spec[1])
-            if found is None:
-                found = w.invariant[spec[1]] = f"_n{len(w.invariant)}"
-            return f"({found} if {found} is not _M else {w.ref(closure)}(scope))"
-        value = w.temporary()
-        return (f"({value} if ({value} := vars.get({name}, _M)) is not _M or "
-                f"({value} := parent_vars.get({name}, _M)) is not _M else "
-                f"{w.ref(closure)}(scope))")
+        value, found = _probe_name(w, spec[1])
+        return f"({value} if {found} else {w.ref(closure)}(scope))"
     if kind == "lookup":
         # obj = <operand>; a dict hit is the value, then (for `obj.name`) a namespace holding
         # the name, anything else the closure's slow path
@@ -461,6 +449,17 @@ def _expr(w: _Writer, closure: Any) -> str:
         _, operand, function, negated = spec
         if function not in TYPE_TESTS:
             return f"{w.ref(closure)}(scope)"
+        operand_spec = getattr(operand, "spec", None)
+        if (function is is_defined or function is is_undefined) and operand_spec is not None \
+                and operand_spec[0] == "name":
+            # `tools is defined`: a name missing everywhere is not defined, without making
+            # the Undefined that reading it gives (templates ask this of optional variables)
+            value, found = _probe_name(w, operand_spec[1])
+            rest = w.temporary()
+            defined = (f"(not isinstance({value}, _Undefined) if {found} else "
+                       f"(not isinstance({rest}, _Undefined) if ({rest} := "
+                       f"{w.ref(operand_spec[2])}(scope)) is not _M else False))")
+            return defined if (function is is_defined) != negated else f"(not {defined})"
         written = _INLINE_TESTS.get(function)
         if written is None:
             call = f"{w.ref(function)}({_expr(w, operand)})"
@@ -638,6 +637,22 @@ _EQUATABLE = frozenset({int, float, bool, type(None)})
 
 #: Type tests written out (tests.py's functions, the same expressions): {0} evaluates the
 #: operand and names it {1}; {2} is "not " for `is not`.
+def _probe_name(w: _Writer, name: str) -> Tuple[str, str]:
+    """(value, found): how generated code reads ``name`` from this scope and its parent, the
+    value once ``found`` (a condition) holds; a miss goes on to the rest of the chain."""
+    if w.in_loop and (w.hoisting or (w.binds is not None and name not in w.binds)):
+        # a loop body that binds nothing (or not this name): what the two scopes hold for
+        # the name cannot change while the loop runs (nothing else runs in them meanwhile),
+        # so they are probed once, before it; a miss still walks on at each use
+        found = w.invariant.get(name)
+        if found is None:
+            found = w.invariant[name] = f"_n{len(w.invariant)}"
+        return found, f"{found} is not _M"
+    value, key = w.temporary(), w.ref(name)
+    return value, (f"({value} := vars.get({key}, _M)) is not _M or "
+                   f"({value} := parent_vars.get({key}, _M)) is not _M")
+
+
 _INLINE_TESTS = {
     is_none: "{2}{0} is None",
     is_defined: "{2}not isinstance({0}, _Undefined)",

@@ -1271,7 +1271,14 @@ class Compiler:
                 current = current.parent
             return scope.ctx.undefined(name=name)
 
-        load.spec = ("name", name)  # type: ignore[attr-defined]  # see codegen.py
+        def beyond(scope: Scope) -> Any:
+            """The name's value in the scopes above the parent's, or MISSING (generated code
+            probes the first two itself: see codegen.py)."""
+            parent = scope.parent
+            above = parent.parent if parent is not None else None
+            return above.lookup(name) if above is not None else MISSING
+
+        load.spec = ("name", name, beyond)  # type: ignore[attr-defined]  # see codegen.py
         return load
 
     def e_tuple(self, node: n.Node) -> Expr:

@@ -213,6 +213,20 @@ CASES = [
     "{{ loop.last is not false }}{% if ns.a and m.content is string %}s{% endif %}{% endfor %}",
     "{% for n in [namespace(x=1), {'x': 2}, none, namespace()] %}{{ n.x }}|{% endfor %}"
     "{% set ns = namespace(items=3) %}{% for m in messages %}{{ ns.items }}{% endfor %}",
+    # `name is defined` of names of enclosing scopes, a miss answered without making the
+    # Undefined: given or not, a global, set later in the frame, in a loop body (probed before
+    # it), in a macro and a call block (a longer chain of scopes)
+    "{{ tools is defined }}{{ custom is defined }}{{ custom is not defined }}"
+    "{{ custom is undefined }}{{ custom is not undefined }}{{ bos_token is defined }}"
+    "{{ zero is undefined }}{{ range is defined }}{{ later is defined }}{% set later = 1 %}"
+    "{{ later is defined }}{% if not date is defined %}{% set date = 'd' %}{% endif %}{{ date }}",
+    "{% for m in messages %}{{ custom is defined }}{{ offset is defined }}{{ m is defined }}"
+    "{{ range is not defined }}{{ (m.n if m.n is defined) is defined }}{% endfor %}",
+    "{% macro f(a) %}{{ a is defined }}{{ bos_token is defined }}{{ custom is defined }}"
+    "{{ f is defined }}{{ caller is defined }}{% endmacro %}{{ f() }}|{{ f(1) }}|"
+    "{% call f(2) %}x{% endcall %}",
+    "{% for m in messages %}{% set seen = 1 %}{{ custom is defined }}{{ seen is defined }}"
+    "{% endfor %}{{ seen is defined }}{% set custom = none %}{{ custom is defined }}",
 ]
 
 
