@@ -8,19 +8,13 @@ this one.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
+# sha256(data=b"") -> a hash object (update, digest, hexdigest), as hashlib's
 try:
-    from _sha256 import sha256 as _new  # CPython <= 3.11
+    from _sha256 import sha256  # CPython <= 3.11
 except ImportError:  # pragma: no cover - other versions and interpreters
     try:
-        from _sha2 import sha256 as _new  # CPython 3.12+
+        from _sha2 import sha256  # CPython 3.12+
     except ImportError:
-        from hashlib import sha256 as _new
+        from hashlib import sha256
 
-
-def sha256(data: bytes = b"") -> "Any":
-    """A new SHA-256 hash object (``update``, ``digest``, ``hexdigest``) over ``data``."""
-    return _new(data)
+__all__ = ["sha256"]

@@ -635,8 +635,7 @@ _INLINE_OPERATORS = frozenset({"-", "%", "//", "==", "!=", "<", "<=", ">", ">="}
 _ORDERABLE = frozenset({int, float, bool})
 _EQUATABLE = frozenset({int, float, bool, type(None)})
 
-#: Type tests written out (tests.py's functions, the same expressions): {0} evaluates the
-#: operand and names it {1}; {2} is "not " for `is not`.
+
 def _probe_name(w: _Writer, name: str) -> Tuple[str, str]:
     """(value, found): how generated code reads ``name`` from this scope and its parent, the
     value once ``found`` (a condition) holds; a miss goes on to the rest of the chain."""
@@ -653,6 +652,8 @@ def _probe_name(w: _Writer, name: str) -> Tuple[str, str]:
                    f"({value} := parent_vars.get({key}, _M)) is not _M")
 
 
+#: Type tests written out (tests.py's functions, the same expressions): {0} evaluates the
+#: operand and names it {1}; {2} is "not " for `is not`.
 _INLINE_TESTS = {
     is_none: "{2}{0} is None",
     is_defined: "{2}not isinstance({0}, _Undefined)",

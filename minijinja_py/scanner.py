@@ -37,27 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     Token = Tuple[str, str, int]
 
 _TAG_OPEN_RE = _compile_re(r"\{([{%#])([-+]?)")  # a tag's start and its modifier
-# Patterns most templates never need (CR line ends, raw blocks, comments): compiled on first
-# use, which a cold start would otherwise pay for (re compiles in Python, 0.1 ms apiece).
-_RARE_PATTERNS = {
-    "newline": r"\r\n|\r|\n",
-    "raw_begin": r"\{%([-+]?)\s*raw\s*(?:(-)%\}\s*|%\})",
-    # the ends of a comment and of a raw block, and with trim_blocks (the newline after)
-    "comment_end": r"\+#\}|(-)#\}\s*|#\}",
-    "comment_end_trim": r"\+#\}|(-)#\}\s*|#\}\n?",
-    "endraw": r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\})",
-    "endraw_trim": r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\}\n?)",
-}
-_rare_compiled: "Dict[str, re.Pattern[str]]" = {}
-
-
-def _rare(name: str) -> "re.Pattern[str]":
-    pattern = _rare_compiled.get(name)
-    if pattern is None:
-        pattern = _rare_compiled[name] = _compile_re(_RARE_PATTERNS[name], re.S)
-    return pattern
-
-
 _WHITESPACE_RE = _compile_re(r"\s*")
 _LSTRIPPABLE_RE = _compile_re(r"\s+")
 
@@ -70,36 +49,38 @@ _TOKEN_PATTERNS = (
     ("STRING", r"'[^'\\]*(?:\\.[^'\\]*)*'" "|" r'"[^"\\]*(?:\\.[^"\\]*)*"'),
     ("op", r"\*\*|//|==|!=|>=|<=|[+\-*/%~\[\](){}<>=.:|,;]"),
 )
-_token_re_compiled: "List[re.Pattern[str]]" = []
-
-
-def _token_re() -> "re.Pattern[str]":
-    """One token, or a run of whitespace, in Jinja2's order (only needed in rare cases: it is
-    compiled on first use, to keep it out of the import time)."""
-    if not _token_re_compiled:
-        _token_re_compiled.append(_compile_re(
-            "(?P<ws>\\s+)|"
-            + "|".join(f"(?P<{name}>{pattern})" for name, pattern in _TOKEN_PATTERNS), re.S))
-    return _token_re_compiled[0]
-
 
 # The ends of a `{{ }}` tag and of a `{% %}` tag (the `\n` after `%}` is only part of the end
 # with trim_blocks).
 _VAR_END = r"-\}\}\s*|\}\}"
 _BLOCK_END = r"\+%\}|-%\}\s*|%\}(?P<nl>\n)?"
-# In tags, one regex call reads the whitespace before a token and the token, or the end of
-# either kind of tag (an end of the other kind, or inside brackets, is read again as operators
-# with _token_re). Its alternatives are in another order, commonest first: no text can match
-# two of them except FLOAT and INT (digits), which keep their order, and operators and ends.
-_end_res: "Dict[str, re.Pattern[str]]" = {}
+
+# Patterns most templates never need, compiled on first use, which a cold start would
+# otherwise pay for (re compiles in Python, 0.1 ms apiece, where aot_regex ships no program):
+# (pattern, flags) by name.
+_RARE_PATTERNS = {
+    # one token, or a run of whitespace, in Jinja2's order
+    "token": ("(?P<ws>\\s+)|" + "|".join(f"(?P<{name}>{pattern})"
+                                         for name, pattern in _TOKEN_PATTERNS), re.S),
+    # the end of a `{{` or `{%` tag alone (only a repeated tag needs it)
+    "var_end": (_VAR_END, 0),
+    "block_end": (_BLOCK_END, 0),
+    "newline": (r"\r\n|\r|\n", re.S),
+    "raw_begin": (r"\{%([-+]?)\s*raw\s*(?:(-)%\}\s*|%\})", re.S),
+    # the ends of a comment and of a raw block, and with trim_blocks (the newline after)
+    "comment_end": (r"\+#\}|(-)#\}\s*|#\}", re.S),
+    "comment_end_trim": (r"\+#\}|(-)#\}\s*|#\}\n?", re.S),
+    "endraw": (r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\})", re.S),
+    "endraw_trim": (r"\{%([-+]?)\s*endraw\s*(?:\+%\}|(-)%\}\s*|%\}\n?)", re.S),
+}
+_rare_compiled: "Dict[str, re.Pattern[str]]" = {}
 
 
-def _end_re(kind: str) -> "re.Pattern[str]":
-    """The end of a ``{{`` (kind ``{``) or ``{%`` (kind ``%``) tag, alone (compiled on first
-    use: only a repeated tag needs it)."""
-    pattern = _end_res.get(kind)
+def _rare(name: str) -> "re.Pattern[str]":
+    """The pattern ``name`` of _RARE_PATTERNS, compiled the first time it is asked for."""
+    pattern = _rare_compiled.get(name)
     if pattern is None:
-        pattern = _end_res[kind] = _compile_re(_VAR_END if kind == "{" else _BLOCK_END)
+        pattern = _rare_compiled[name] = _compile_re(*_RARE_PATTERNS[name])
     return pattern
 
 
@@ -108,9 +89,6 @@ def compile_all_patterns() -> None:
     minijinja_py.aot_regex``, which ships the programs of all of them)."""
     for name in _RARE_PATTERNS:
         _rare(name)
-    _end_re("{")
-    _end_re("%")
-    _token_re()
 
 
 _TOKEN_PATTERNS_BY_NAME = dict(_TOKEN_PATTERNS)
@@ -120,6 +98,11 @@ _WORD_RE = _compile_re(r"\w")
 # the same tokens (it only tries, and fails, to give blanks back before reporting an error).
 _BLANKS, _BLANKS_KEPT = (("(?>\\s*)", "\\s*+") if sys.version_info >= (3, 11)
                          else ("\\s*", "\\s*"))
+# In tags, one regex call reads the whitespace before a token and the token, or the end of
+# either kind of tag (an end of the other kind, or inside brackets, is read again as operators
+# with the `token` pattern). Its alternatives are in another order, commonest first: no text
+# can match two of them except FLOAT and INT (digits), which keep their order, and operators
+# and ends.
 _TAG_TOKEN_RE = _compile_re(
     f"{_BLANKS}(?:(?P<vend>{_VAR_END})|(?P<bend>{_BLOCK_END})|"
     + "|".join(f"(?P<{name}>{_TOKEN_PATTERNS_BY_NAME[name]})"
@@ -364,7 +347,8 @@ class Scanner:
                     countdown -= len(earlier_tokens)
                     shift = body - earlier_body
                     offset = earlier_end + shift
-                    match = _end_re(kind).match(source, offset)
+                    end_re = _rare("var_end" if kind == "{" else "block_end")
+                    match = end_re.match(source, offset)
                     end = match.group()  # type: ignore[union-attr]
                     if kind == "%" and not trim_blocks and match["nl"]:  # type: ignore[index]
                         end = end[:-1]  # see above
@@ -423,7 +407,7 @@ class Scanner:
                         break
                     # the other tag's end, or an end inside brackets, is operators: in
                     # `{{ {'a': {}}}}` the first `}}` closes two braces
-                    value = _token_re().match(source, offset).group()  # type: ignore[union-attr]
+                    value = _rare("token").match(source, offset).group()  # type: ignore[union-attr]
                     pos = offset + len(value)
                     if value in _BRACKETS:
                         self._bracket(value, offset, brackets)
