@@ -11,6 +11,10 @@ Importing the package loads only the exception classes; everything else is impor
 use (``import minijinja_py`` stays in the low milliseconds, see benchmarks/).
 """
 
+from . import fastimport as _fastimport
+
+_fastimport.install()  # the package's own modules load with less machinery: see fastimport
+
 from .exceptions import (DeadlineExceededError, FilterArgumentError, LimitExceededError,
                          SecurityError, TemplateAssertionError,
                          SourceTooLargeError, TemplateError, TemplateRuntimeError,

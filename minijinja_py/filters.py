@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .exceptions import FilterArgumentError, LimitExceededError
 from .budget import CHARS_SHIFT, DICT_VIEWS, ITEM_STEPS
-from .jsonfast import plain_dumps
 from .limits import (charge, check_collection_size, check_deadline, check_string_size,
                      current_limits)
 from .markup import Markup
@@ -1618,9 +1617,13 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
     # with an indent, json.dumps runs its pure-Python encoder: plain data (tool schemas,
     # messages) is then made and measured faster in one walk (jsonfast.py); without one, its
     # C encoder after the size walk is faster
-    fast = None if indent is None else plain_dumps(
-        value, bool(ensure_ascii), indent, separators, bool(sort_keys), indent_width or 0,
-        limits.max_recursion, limits.max_string_size / _ESCAPE_FACTOR[escaping])
+    fast = None
+    if indent is not None:  # (jsonfast is imported only by templates that indent JSON)
+        from .jsonfast import plain_dumps
+
+        fast = plain_dumps(
+            value, bool(ensure_ascii), indent, separators, bool(sort_keys), indent_width or 0,
+            limits.max_recursion, limits.max_string_size / _ESCAPE_FACTOR[escaping])
     if fast is not None:
         text, size = fast
         charge(size >> 2)  # what _check_serialised_size charges for the same data

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minijinja_py as mj
-from minijinja_py import filters
+from minijinja_py import filters, jsonfast
 from minijinja_py.jsonfast import plain_dumps
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -88,16 +88,16 @@ def test_tojson_with_indent_matches_jinja2_and_charges_the_same() -> None:
         while low < high:
             middle = (low + high) // 2
             env = mj.chat_environment(limits=mj.Limits(max_steps=middle))
-            original = filters.plain_dumps
+            original = jsonfast.plain_dumps  # (do_tojson imports it from there per call)
             if not fast:
-                filters.plain_dumps = lambda *args: None  # type: ignore[assignment]
+                jsonfast.plain_dumps = lambda *args: None  # type: ignore[assignment]
             try:
                 env.from_string(source).render(tools=tools)
                 high = middle
             except mj.LimitExceededError:
                 low = middle + 1
             finally:
-                filters.plain_dumps = original  # type: ignore[assignment]
+                jsonfast.plain_dumps = original  # type: ignore[assignment]
         return low
 
     assert smallest(True) == smallest(False)
