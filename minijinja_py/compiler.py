@@ -2337,19 +2337,16 @@ def _own_facts(node: n.Node) -> int:
         return _MENTIONS_LOOP if node.name == "loop" else 0
     if kind is n.NameTarget:
         return _STORES_LOOP if node.name == "loop" else 0
-    if kind is n.Macro:
-        return _KEEPS_SCOPE | _ASSIGNS
-    if kind is n.CallBlock:
-        return _KEEPS_SCOPE | _CALLS
-    if kind is n.Assign or kind is n.AssignBlock:
-        return _ASSIGNS
-    if kind is n.Call or kind is n.FilterBlock:
-        return _CALLS
-    if kind is n.Filter or kind is n.Test:
-        return _FILTERS_OR_TESTS
     if kind is n.Getitem and type(node.arg) is n.Slice:
         return _OVER_SLICE
-    return 0
+    return _FIXED_FACTS.get(kind, 0)
+
+
+#: The facts of the nodes whose kind alone decides them (_own_facts looks at the others).
+_FIXED_FACTS = {n.Macro: _KEEPS_SCOPE | _ASSIGNS, n.CallBlock: _KEEPS_SCOPE | _CALLS,
+                n.Assign: _ASSIGNS, n.AssignBlock: _ASSIGNS, n.Call: _CALLS,
+                n.FilterBlock: _CALLS, n.Filter: _FILTERS_OR_TESTS, n.Test: _FILTERS_OR_TESTS}
+_NODE_DEPENDENT_FACTS = frozenset({n.Name, n.NameTarget, n.Getitem})
 
 
 def _folded_kinds() -> frozenset:
@@ -2385,25 +2382,26 @@ def _stable_items(env: Any, statements: List[n.Node], facts: int) -> bool:
 
 
 def _subtree_facts(root: n.Node) -> Dict[int, int]:
-    """For every node under ``root`` (by id), the facts of its whole subtree, in one
-    iterative post-order walk: asking each loop about its body separately was quadratic in
-    the nesting of loops."""
-    facts: Dict[int, int] = {}
-    # (node, None): to visit; (node, its children): to sum up, its children being done
-    stack: List[Tuple[n.Node, Optional[List[n.Node]]]] = [(root, None)]
-    pop, push = stack.pop, stack.append
+    """For every node under ``root`` (by id), the facts of its whole subtree: the nodes in
+    pre-order, then summed up in the reverse order, where every node comes after all of its
+    descendants (asking each loop about its body separately was quadratic in the nesting of
+    loops; a recursive walk would fail on deep expressions)."""
+    order: List[Tuple[n.Node, List[n.Node]]] = []
+    stack = [root]
+    pop, extend, visit = stack.pop, stack.extend, order.append
     while stack:
-        node, children = pop()
-        if children is None:
-            children = node.child_nodes()
-            push((node, children))
-            for child in children:
-                push((child, None))
-        else:
-            found = _own_facts(node)
-            for child in children:
-                found |= facts[id(child)]
-            facts[id(node)] = found
+        node = pop()
+        children = node.child_nodes()
+        visit((node, children))
+        extend(children)
+    facts: Dict[int, int] = {}
+    fixed = _FIXED_FACTS.get
+    for node, children in reversed(order):
+        kind = type(node)
+        found = _own_facts(node) if kind in _NODE_DEPENDENT_FACTS else fixed(kind, 0)
+        for child in children:
+            found |= facts[id(child)]
+        facts[id(node)] = found
     return facts
 #: Filters that compare the items of their input with one another (True) or with their
 #: arguments (False). Comparing two containers visits at most the smaller one, so bounding
