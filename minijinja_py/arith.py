@@ -96,7 +96,7 @@ def _check_before(op: str, left: Any, right: Any) -> None:
         elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
             check_collection_size(len(left) + len(right))
     elif op == "%" and isinstance(left, _TEXT):
-        from .filters import check_printf_size
+        from .filters_more import check_printf_size
 
         if not isinstance(left, str):  # bytes formatting has the same fields and widths
             left = bytes(left).decode("latin-1")

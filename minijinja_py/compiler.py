@@ -1726,6 +1726,11 @@ class Compiler:
         function = table.get(name)
         if function is None and not self.in_if:
             raise TemplateAssertionError(f"No {kind} named {name!r}.", node.lineno, node.column)
+        if kind == "filter":
+            from .filters import LoadedOnUse
+
+            if type(function) is LoadedOnUse:  # a builtin filter not imported yet
+                function = function.load()
         return function
 
     def filter_call(self, node: n.Node) -> Callable[[Scope, Any], Any]:

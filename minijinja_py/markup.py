@@ -166,7 +166,7 @@ class Markup(str):
     def striptags(self) -> str:
         """Remove comments and tags, collapse whitespace, unescape entities (in linear time:
         the ``striptags`` filter's implementation)."""
-        from .filters import do_striptags
+        from .filters_more import do_striptags
 
         return do_striptags(self)
 

@@ -844,3 +844,43 @@ def test_lazy_results_print_as_jinja2s_without_the_address(source: str) -> None:
     assert re.search(r" at 0x[0-9a-f]+", expected)
     got = mj.chat_environment().from_string(source).render()
     assert got == re.sub(r" at 0x[0-9a-f]+", "", expected)
+
+
+def test_filters_loaded_on_use_are_their_functions() -> None:
+    """The FILTERS entries of filters_more.py: what they say of their function without loading
+    it (name, whether it takes the environment) is the function's; they call it, compile to
+    it, and pickle as themselves."""
+    import pickle
+
+    import minijinja_py as mj
+    from minijinja_py import filters_more
+    from minijinja_py.filters import LoadedOnUse
+    from minijinja_py.runtime import wants_environment
+
+    deferred = {name: entry for name, entry in FILTERS.items() if type(entry) is LoadedOnUse}
+    assert {"center", "wordwrap", "groupby", "sort", "format", "urlize"} <= set(deferred)
+    for name, entry in deferred.items():
+        function = entry.load()
+        assert function.__module__ == filters_more.__name__, name
+        assert entry.__name__ == function.__name__, name
+        assert wants_environment(entry) == wants_environment(function), name
+        assert getattr(filters_more, function.__name__) is function  # pickle finds it
+        assert pickle.loads(pickle.dumps(entry)) is entry
+    assert FILTERS["center"]("ab", 6) == "  ab  "
+    env = mj.chat_environment()
+    assert env.from_string("{{ 'ab'|center(6) }}|{{ [3, 1]|sort|join }}").render() == "  ab  |13"
+
+
+def test_a_template_without_rare_filters_does_not_load_them() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, minijinja_py as mj\n"
+            "env = mj.chat_environment()\n"
+            "print(env.from_string('{{ x|trim|tojson }}{{ y|length }}').render(x=' a ', y=[1]),"
+            " 'minijinja_py.filters_more' in sys.modules)\n"
+            "print(env.from_string('{{ x|wordcount }}').render(x='a b'),"
+            " 'minijinja_py.filters_more' in sys.modules)\n")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert lines == ['"a"1 False', "2 True"]
