@@ -702,17 +702,24 @@ def _known_type(w: _Writer, closure: Any) -> Any:
     return None
 
 
-def _int_operation(w: _Writer, spec: tuple) -> str:
+def _int_operation(w: _Writer, spec: tuple, truth_of: Any = None) -> str:
     """``a - b``, ``a % b``, ``a < b``...: both operands are evaluated (left first), and two
     ints are combined inline; anything else goes to the closure's own ``apply(a, b, scope)``
     (limits, pricing, errors). An arithmetic result is range-checked as arith.apply checks it
     (past 1000 bits the slow path computes it again and measures it), and a zero divisor
-    always takes the slow path, which raises the located error."""
+    always takes the slow path, which raises the located error. With ``truth_of`` (a
+    comparison that is an ``if``'s condition, that node), the truth of the comparison: the
+    inline one is a bool, the closure's result is tested as _condition tests a value."""
     kind, left, right, python_op, apply = spec
     if python_op not in _INLINE_OPERATORS:  # pragma: no cover - the compiler attaches specs
         raise ValueError(python_op)  # for these only
     a, b = w.temporary(), w.temporary()
-    slow = f"{w.ref(apply)}({a}, {b}, scope)"
+
+    def slow_path(right_value: str) -> str:
+        call = f"{w.ref(apply)}({a}, {right_value}, scope)"
+        return call if truth_of is None else f"_truthy({call}, {w.ref(truth_of)})"
+
+    slow = slow_path(b)
     if kind == "int_compare":
         # numbers, booleans (and None for equality) compare free of charge and never raise
         equality = python_op in ("==", "!=")
@@ -726,8 +733,8 @@ def _int_operation(w: _Writer, spec: tuple) -> str:
         if right_known and right_spec[0] == "const":
             # `m.n == 0`: the constant's type is known
             b = _expr(w, right)
-            slow = f"{w.ref(apply)}({a}, {b}, scope)"
-            return f"({a} {python_op} {b} if type({a} := {_expr(w, left)}) in {free} else {slow})"
+            return (f"({a} {python_op} {b} if type({a} := {_expr(w, left)}) in {free} "
+                    f"else {slow_path(b)})")
         both_free = (f"(type({a} := {_expr(w, left)}) in {free}) & "
                      f"(type({b} := {_expr(w, right)}) in {free})")
         return f"({a} {python_op} {b} if {both_free} else {slow})"
@@ -775,6 +782,10 @@ def _condition(w: _Writer, closure: Any, node: Any) -> str:
         # `==` gives a bool for anything a template can hold (and `loop.first`, a comparison
         # of known numbers is one): Python's `if` tests it as is
         return _expr(w, closure)
+    if kind == "int_compare":
+        # numbers compared inline give a bool; only what the closure's path gives is tested
+        # (`(m.role == 'user') != (loop.index0 % 2 == 0)`: 41 of the corpus's templates)
+        return _int_operation(w, spec, truth_of=node)
     value = w.temporary()
     # a str first (message contents, roles), then booleans, then bool() located at the node
     return (f"(({value} != '') if type({value} := {_expr(w, closure)}) is str else "

@@ -46,6 +46,14 @@ CASES = [
     "{% endif %}{{ loop.index0 < 2 }}{{ loop.index0 >= offset }}{{ m.n == none }}"
     "{{ m.n != 3 }}{% endfor %}",
     "{% for i in items %}{{ i == 1.5 }}{{ i != true }}{{ i == none }}{% endfor %}",
+    # a comparison as an `if`'s condition: numbers give their bool, the closure's result is
+    # tested (a str compared, an undefined operand, a list, a zero)
+    "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}a{% endif %}"
+    "{% if m.content != 'Hi' %}b{% endif %}{% if m.n == 3 %}c{% endif %}"
+    "{% if loop.index0 != zero %}d{% endif %}{% if [m.n] == [3] %}e{% endif %}{% endfor %}",
+    "{% for i in items %}{% if i != none %}{{ i }}{% endif %}{% if i >= 1 %}+{% endif %}"
+    "{% endfor %}",  # "x" >= 1: Jinja2's TypeError, located
+    "{% for m in messages %}{% if m.missing == zero %}u{% endif %}{% endfor %}",
     "{% for i in items %}{% if i is number %}{{ i < 2 }}{{ i <= 1.5 }}{{ i > -4 }}"
     "{% endif %}{% endfor %}",
     "{% for i in items %}{{ i < 2 }}{% endfor %}",  # None < 2: Jinja2's TypeError
