@@ -153,18 +153,23 @@ def body_cost(statements: Iterable[Any]) -> int:
 
 
 def _cost(node: Any) -> int:
+    # (loops rather than sum() of generators: compiling a long template walks its bodies here)
     if isinstance(node, (list, tuple)):
-        return sum(_cost(item) for item in node)
+        total = 0
+        for item in node:
+            total += _cost(item)
+        return total
     if not isinstance(node, n.Node):
         return 0
     kind = type(node)
-    own = NODE_STEPS.get(kind, 1)
-    if kind in _SELF_CHARGED:
-        return own + sum(_cost(getattr(node, field)) for field in _SELF_CHARGED[kind])
+    total = NODE_STEPS.get(kind, 1)
     if kind is n.If:
         branches = [node.body] + [branch.body for branch in node.elif_] + [node.else_ or []]
         tests = [node.test] + [branch.test for branch in node.elif_]
-        return own + _cost(tests) + max(_cost(branch) for branch in branches)
+        return total + _cost(tests) + max(_cost(branch) for branch in branches)
     if kind is n.CondExpr:
-        return own + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))
-    return own + sum(_cost(getattr(node, field)) for field in node.fields)
+        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))
+    fields = _SELF_CHARGED.get(kind)
+    for field in node.fields if fields is None else fields:
+        total += _cost(getattr(node, field))
+    return total
