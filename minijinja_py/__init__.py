@@ -11,10 +11,6 @@ Importing the package loads only the exception classes; everything else is impor
 use (``import minijinja_py`` stays in the low milliseconds, see benchmarks/).
 """
 
-from . import fastimport as _fastimport
-
-_fastimport.install()  # the package's own modules load with less machinery: see fastimport
-
 from .exceptions import (DeadlineExceededError, FilterArgumentError, LimitExceededError,
                          SecurityError, TemplateAssertionError,
                          SourceTooLargeError, TemplateError, TemplateRuntimeError,
@@ -74,6 +70,9 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'minijinja_py' has no attribute {name!r}")
     from importlib import import_module
 
+    from .fastimport import install
+
+    install()  # the engine's modules load with less machinery from here on: see fastimport
     from .nodes import paused_gc
 
     with paused_gc():  # importing creates objects that all stay alive: see paused_gc

@@ -105,6 +105,7 @@ FINDER = PackageFinder(__name__.rpartition(".")[0] + ".")
 
 
 def install() -> None:
-    """Put :data:`FINDER` first on ``sys.meta_path`` (once)."""
+    """Put :data:`FINDER` first on ``sys.meta_path`` (once): the package does it when the
+    engine is first used, so a bare ``import minijinja_py`` does not pay for this module."""
     if MAGIC_NUMBER is not None and FINDER not in sys.meta_path:
         sys.meta_path.insert(0, FINDER)

@@ -78,7 +78,9 @@ def test_names_it_does_not_own_are_left_to_python(package):
 
 
 def test_the_package_modules_are_ordinary_modules():
-    import minijinja_py  # noqa: F401 - installs the finder
+    import minijinja_py
+
+    assert minijinja_py.Environment  # the engine's first use installs the finder
     from minijinja_py import scanner
 
     assert fastimport.FINDER in sys.meta_path
