@@ -255,6 +255,12 @@ class Compiler:
         # frames being compiled: 1 in the template's own body (a loop, macro, block, `with`,
         # filter or set block, call block or generation block is a frame of its own)
         self.frame_depth = 0
+        # What Python refuses in the code Jinja2 generates (its SyntaxError): found while
+        # compiling, raised once the whole template has compiled, since Jinja2's own compile
+        # errors come first; a parameter named twice before a keyword given twice (Python's
+        # symbol table sees every function before its compiler sees a call).
+        self.duplicate_parameter: Optional[TemplateSyntaxError] = None
+        self.repeated_keyword: Optional[TemplateSyntaxError] = None
 
     def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = (),
               extra: Tuple[n.Node, ...] = ()) -> Tuple[Stmt, Tuple[str, ...]]:
@@ -297,9 +303,16 @@ class Compiler:
         """The root frame's code, the names it starts undefined, and its blocks (for
         ``self.name()``)."""
         self.outer_refs = frozenset()
-        self.facts = _subtree_facts(template)
+        self.facts = self.subtree_facts(template)
         root, fresh = self.frame(template.body)
+        refused = self.duplicate_parameter or self.repeated_keyword
+        if refused is not None:
+            raise refused
         return self.hot_switching(root), fresh, dict(self.blocks)
+
+    def subtree_facts(self, root: n.Node) -> Dict[int, int]:
+        """_subtree_facts with this environment's filters and tests."""
+        return _subtree_facts(root, self.env.filters, self.env.tests)
 
     def hot_switching(self, body: Stmt) -> Stmt:
         """``body`` (of the template, a macro, a block: any frame but a loop's, which
@@ -333,13 +346,13 @@ class Compiler:
         for statement in statements:
             known = facts.get(id(statement))
             if known is None:
-                facts.update(_subtree_facts(statement))
+                facts.update(self.subtree_facts(statement))
                 known = facts[id(statement)]
             found |= known
         return found
 
     def expr(self, node: n.Node) -> Expr:
-        if self.facts.get(id(node), 0) & _OVER_SLICE and type(node) in _folded_kinds():
+        if self.facts.get(id(node), 0) & _FOLDED_FIRST and type(node) in _folded_kinds():
             folded = self.constant(node)
             if folded is not None:
                 return folded
@@ -348,7 +361,9 @@ class Compiler:
     def constant(self, node: n.Node) -> Optional[Expr]:
         """Jinja2 folds an expression made of constants while compiling, where its value
         can be written as a constant: with a slice inside, that value can differ from the
-        render-time one (see constfold.py), so it is taken here."""
+        render-time one (see constfold.py), so it is taken here; and what a folded
+        expression leaves out (``false and f(a=1, a=2)``, ``1 if true else x|unknown``)
+        Jinja2 never compiles, so its compile errors are not raised."""
         from .constfold import fold_printed, has_safe_repr
 
         value = fold_printed(node, self.env, self.join_text)
@@ -973,7 +988,7 @@ class Compiler:
         return apply
 
     def s_macro(self, node: n.Node) -> Stmt:
-        make = self.macro_factory(node.name, node.params, node.body)
+        make = self.macro_factory(node.name, node.params, node.body, node)
         name = node.name
 
         def define_macro(scope: Scope, out: list) -> None:
@@ -983,9 +998,14 @@ class Compiler:
         define_macro.spec = ("define", name, make, node)  # type: ignore[attr-defined]
         return define_macro
 
-    def macro_factory(self, name: str, params: list, body_nodes: list,
+    def macro_factory(self, name: str, params: list, body_nodes: list, defined_at: n.Node,
                       caller_macro: bool = False) -> Callable[[Scope], Macro]:
         arg_names = tuple(p for p, _ in params)
+        if self.duplicate_parameter is None and len(set(arg_names)) < len(arg_names):
+            twice = next(p for i, p in enumerate(arg_names) if p in arg_names[:i])
+            self.duplicate_parameter = TemplateSyntaxError(
+                f"duplicate argument {twice!r} in macro definition", defined_at.lineno,
+                defined_at.column)
         shown_name = None if caller_macro else name  # a call block's macro is anonymous
         used = _referenced_names(body_nodes)
         catch_kwargs = "kwargs" in used
@@ -1104,7 +1124,8 @@ class Compiler:
         return make
 
     def s_call_block(self, node: n.Node) -> Stmt:
-        make_caller = self.macro_factory("caller", node.params, node.body, caller_macro=True)
+        make_caller = self.macro_factory("caller", node.params, node.body, node,
+                                         caller_macro=True)
         call = node.call
         callee = self.expr(call.node)
         args, star_args = self.arguments(call)
@@ -1573,6 +1594,11 @@ class Compiler:
 
     def arguments(self, node: n.Node) -> Tuple[Callable[[Scope], Tuple[list, dict]], bool]:
         """Compile the arguments of a Call/Filter/Test into ``f(scope) -> (args, kwargs)``."""
+        if self.repeated_keyword is None:
+            repeated = _repeated_keyword(node)
+            if repeated is not None:
+                self.repeated_keyword = TemplateSyntaxError(
+                    f"keyword argument repeated: {repeated}", node.lineno, node.column)
         args = [self.expr(a) for a in node.args]
         kwargs = [(k, self.expr(v)) for k, v in node.kwargs]
         dyn_args = self.expr(node.dyn_args) if node.dyn_args is not None else None
@@ -2323,8 +2349,11 @@ _NESTING = (list, tuple, dict)
 _MENTIONS_LOOP, _KEEPS_SCOPE, _ASSIGNS, _STORES_LOOP = 1, 2, 4, 8
 _CALLS, _FILTERS_OR_TESTS = 16, 32
 # Not for loops: a subscript by a slice inside (where Jinja2's compile-time folding can differ
-# from the value at run time: constfold.py); found in the same walk.
-_OVER_SLICE = 64
+# from the value at run time: constfold.py); found in the same walk. _COMPILE_ERROR: something
+# that does not compile (a keyword given twice, a filter or test the environment lacks),
+# unless Jinja2's folding leaves it out. The compiler folds what holds either (expr).
+_OVER_SLICE, _COMPILE_ERROR = 64, 128
+_FOLDED_FIRST = _OVER_SLICE | _COMPILE_ERROR
 
 #: Filters without arguments that generated code applies to an exact str as the str method
 #: they are (see Compiler.inline_filter), and those that are ``len()`` of an exact container.
@@ -2336,8 +2365,17 @@ _LEN_FILTERS = frozenset({"length", "count"})
 _DISPATCHING_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr"})
 
 
-def _own_facts(node: n.Node) -> int:
+def _own_facts(node: n.Node, filters: Any = None, tests: Any = None) -> int:
+    """The facts of ``node`` alone (``filters`` and ``tests``: the environment's tables; a
+    filter or test without them is taken to be known)."""
     kind = type(node)
+    if kind is n.Call:
+        return _CALLS | (_COMPILE_ERROR if _repeated_keyword(node) is not None else 0)
+    if kind is n.Filter or kind is n.Test:
+        table = filters if kind is n.Filter else tests
+        unknown = table is not None and node.name not in table
+        return _FILTERS_OR_TESTS | (
+            _COMPILE_ERROR if unknown or _repeated_keyword(node) is not None else 0)
     if kind is n.Name:
         return _MENTIONS_LOOP if node.name == "loop" else 0
     if kind is n.NameTarget:
@@ -2349,9 +2387,21 @@ def _own_facts(node: n.Node) -> int:
 
 #: The facts of the nodes whose kind alone decides them (_own_facts looks at the others).
 _FIXED_FACTS = {n.Macro: _KEEPS_SCOPE | _ASSIGNS, n.CallBlock: _KEEPS_SCOPE | _CALLS,
-                n.Assign: _ASSIGNS, n.AssignBlock: _ASSIGNS, n.Call: _CALLS,
-                n.FilterBlock: _CALLS, n.Filter: _FILTERS_OR_TESTS, n.Test: _FILTERS_OR_TESTS}
-_NODE_DEPENDENT_FACTS = frozenset({n.Name, n.NameTarget, n.Getitem})
+                n.Assign: _ASSIGNS, n.AssignBlock: _ASSIGNS, n.FilterBlock: _CALLS}
+_NODE_DEPENDENT_FACTS = frozenset({n.Name, n.NameTarget, n.Getitem, n.Call, n.Filter, n.Test})
+
+
+def _repeated_keyword(node: n.Node) -> Optional[str]:
+    """The first keyword given twice in the arguments of a Call, Filter or Test node."""
+    keywords = node.kwargs
+    if len(keywords) < 2:
+        return None
+    seen = set()
+    for name, _ in keywords:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _folded_kinds() -> frozenset:
@@ -2386,7 +2436,7 @@ def _stable_items(env: Any, statements: List[n.Node], facts: int) -> bool:
     return True
 
 
-def _subtree_facts(root: n.Node) -> Dict[int, int]:
+def _subtree_facts(root: n.Node, filters: Any = None, tests: Any = None) -> Dict[int, int]:
     """For every node under ``root`` (by id), the facts of its whole subtree: the nodes in
     pre-order, then summed up in the reverse order, where every node comes after all of its
     descendants (asking each loop about its body separately was quadratic in the nesting of
@@ -2403,7 +2453,8 @@ def _subtree_facts(root: n.Node) -> Dict[int, int]:
     fixed = _FIXED_FACTS.get
     for node, children in reversed(order):
         kind = type(node)
-        found = _own_facts(node) if kind in _NODE_DEPENDENT_FACTS else fixed(kind, 0)
+        found = _own_facts(node, filters, tests) if kind in _NODE_DEPENDENT_FACTS \
+            else fixed(kind, 0)
         for child in children:
             found |= facts[id(child)]
         facts[id(node)] = found

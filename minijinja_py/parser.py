@@ -222,11 +222,6 @@ class ToAst:
             return TemplateSyntaxError(message, item.lineno, item.column)
         return TemplateSyntaxError(message, *self.position(item[2]))
 
-    def defer(self, message: str, item: Any) -> None:
-        """Record a compile-time error of Jinja2's (see ``deferred``); the parse goes on."""
-        if self.deferred is None:
-            self.deferred = self.error(message, item)
-
     def int_value(self, token: Any) -> int:
         try:
             return _int_literal(token[1])
@@ -309,11 +304,8 @@ class ToAst:
     def params(self, c):
         params = c[::2]  # param (COMMA param)* [COMMA]
         seen_default = False
-        names = set()
+        # a parameter named twice is refused by the compiler (Python's SyntaxError in Jinja2)
         for name, default, token in params:
-            if name in names:  # Jinja2: Python's SyntaxError compiling the macro
-                self.defer(f"duplicate argument {name!r} in macro definition", token)
-            names.add(name)
             if default is not None:
                 seen_default = True
             elif seen_default:
@@ -465,8 +457,6 @@ class ToAst:
             elif kind == "keyword":
                 if dyn_kwargs is not None:
                     raise self.error("invalid syntax for function call expression", token)
-                if any(name == value[0] for name, _ in kwargs):  # Jinja2: Python's SyntaxError
-                    self.defer(f"keyword argument repeated: {value[0]}", token)
                 kwargs.append(value)
             elif kind == "star":
                 if dyn_args is not None or dyn_kwargs is not None:

@@ -9,6 +9,7 @@ lexer runs one token ahead of its parser; Python's SyntaxError comes after the p
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sys
@@ -171,3 +172,29 @@ def test_mutated_templates_fail_like_jinja2() -> None:
         if ours != expected and not _known_difference(source, expected, ours):
             problems.append(f"{source!r}: Jinja2 {expected}, engine {ours}")
     assert not problems, "\n".join(problems[:10])
+
+
+# Python's SyntaxError on Jinja2's generated code (a keyword given twice, a parameter named
+# twice) is found by minijinja_py's compiler, after the parse: the parsed template is cached
+# like any other and the error is raised again from the cached AST, located at the call or
+# the macro (Jinja2's own message has only the generated code's line).
+_PYTHON_REFUSED = [
+    ("intro\n{{ f(\n  a=1,\n  a=2) }}", "keyword argument repeated: a", 2),
+    ("{% for m in ms %}\n{{ m|default(d=1, d=2) }}{% endfor %}", "keyword argument repeated: d", 2),
+    ("\n\n{% macro m(x, y, x) %}{% endmacro %}", "duplicate argument 'x' in macro definition", 3),
+]
+
+
+@pytest.mark.parametrize("source, message, line", _PYTHON_REFUSED)
+def test_python_syntax_errors_located_and_raised_from_cached_ast(
+        source: str, message: str, line: int, tmp_path, monkeypatch) -> None:
+    assert _jinja2(REFERENCE, source)[0] == "syntax"  # Jinja2 refuses the template too
+    monkeypatch.setenv("MINIJINJA_PY_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MINIJINJA_PY_CACHE", raising=False)
+    for attempt in ("parsed", "in memory", "from disk"):
+        engine = ENGINE if attempt != "from disk" else mj.chat_environment(
+            now=reference_jinja2.FIXED_NOW)
+        with pytest.raises(mj.TemplateSyntaxError) as caught:
+            engine.from_string(source)
+        assert (caught.value.message, caught.value.lineno) == (message, line), attempt
+    assert any(not name.startswith(".") for name in os.listdir(tmp_path))  # the AST cached
