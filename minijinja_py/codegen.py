@@ -557,14 +557,17 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     tests: List[str] = []  # (position, condition) of each evaluated operand, in order
     fixed_built = 0
     built_terms: List[str] = []
+    joined: List[Tuple[bool, str]] = []  # (a literal, code) of each operand
     for position, (constant, operand) in enumerate(operands):
         weight = count - max(position, 1)  # how many intermediate sums hold this operand
         if constant is not MISSING:
             values.append(w.ref(constant))
+            joined.append((True, repr(constant)))
             fixed_built += weight * len(constant)
             continue
         value = w.temporary()
         values.append(value)
+        joined.append((False, value))
         tests.append((position, f"type({value} := {_expr(w, operand)}) is str"))
         built_terms.append(f"{weight} * len({value})" if weight != 1 else f"len({value})")
     total, built = w.temporary(), w.temporary()
@@ -578,11 +581,18 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     code = (f"({total} if {lengths} < 1000000 and "
             f"(({built} := {built_sum}) < _CHARGED_FROM or "
             f"{w.charge(charge_built, f'{built} >> {CHARS_SHIFT}')}) and "
-            f"(({total} := {' + '.join(values)}),) else {evaluated})")
+            f"(({total} := {_joined_strs(joined)}),) else {evaluated})")
     for position, test in reversed(tests):
         so_far = f"{w.ref(add_evaluated)}(({', '.join(values[:position + 1])},), scope)"
         code = f"({code} if {test} else {so_far})"
     return code
+
+
+def _joined_strs(parts: List[Tuple[bool, str]]) -> str:
+    """Code joining exact strs, given as (a literal, code) in order: adjacent string literals
+    and f-string fields, which Python builds as one string (BUILD_STRING), where a chain of
+    ``+`` builds and frees every intermediate sum. An exact str is its own format."""
+    return " ".join(code if literal else f"f'{{{code}}}'" for literal, code in parts)
 
 
 def _concat(w: _Writer, spec: tuple) -> str:
@@ -590,23 +600,23 @@ def _concat(w: _Writer, spec: tuple) -> str:
     a str), the total length charged (and size-checked) before the string is built, as the
     closure does."""
     _, parts, text_of, charge_joined, charge = spec
-    pieces = []
+    pieces: List[Tuple[bool, str]] = []  # (a literal, code)
     lengths = []
     for part in parts:
         if _known_type(w, part) is str:  # a constant: its length is known too
             constant = part.spec[1]
             lengths.append(str(len(constant)))
-            pieces.append(repr(constant))
+            pieces.append((True, repr(constant)))
             continue
         piece, value = w.temporary(), w.temporary()
         lengths.append(f"len({piece} := ({value} if type({value} := {_expr(w, part)}) is str "
                        f"else {w.ref(text_of)}({value})))")
-        pieces.append(piece)
+        pieces.append((False, piece))
     total = w.temporary()
     w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
     # under the size limit only the steps are charged (what charge_joined charges), else
     # charge_joined checks the size too (and raises)
-    return (f"({' + '.join(pieces)} if ({total} := {' + '.join(lengths)}) < _CHARGED_FROM or "
+    return (f"({_joined_strs(pieces)} if ({total} := {' + '.join(lengths)}) < _CHARGED_FROM or "
             f"({total} <= 1000000 and {w.charge(charge, f'{total} >> {CHARS_SHIFT}')}) or "
             f"{w.ref(charge_joined)}(scope, {total}) else '')")
 
