@@ -525,6 +525,12 @@ def _describe(source: str, variables: Dict[str, Any], failures: List[str]) -> st
             f"\nsource: {source!r}\nvariables: {variables!r}")
 
 
+# The property test and the check of what it exercised share STATS: under pytest-xdist they
+# stay on one worker, in this order.
+STATS_GROUP = pytest.mark.xdist_group("provenance_fuzz_stats")
+
+
+@STATS_GROUP
 @PROVENANCE_SETTINGS
 @given(case=cases())
 def test_provenance_of_generated_templates(case: Tuple[str, Dict[str, Any]]) -> None:
@@ -533,6 +539,7 @@ def test_provenance_of_generated_templates(case: Tuple[str, Dict[str, Any]]) -> 
     assert not failures, _describe(source, variables, failures)
 
 
+@STATS_GROUP
 def test_the_fuzzer_exercised_inputs() -> None:
     """The generated templates mostly render, print input characters, and give the oracle
     work (run after the property test; skipped when it did not run)."""
