@@ -479,8 +479,9 @@ class Compiler:
     def printed_constant(self, node: n.Node) -> Optional[str]:
         """The text Jinja2 prints for ``{{ node }}`` when it computes it while compiling and
         that differs from evaluating it at render time (a constant sliced: see
-        constfold.py), else None."""
-        if not self.facts.get(id(node), 0) & _OVER_SLICE:
+        constfold.py), or that holds what does not compile (folded, it is never compiled),
+        else None."""
+        if not self.facts.get(id(node), 0) & _FOLDED_FIRST:
             return None
         from .constfold import fold_printed
 
