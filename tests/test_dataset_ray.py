@@ -32,9 +32,7 @@ from minijinja_py.chat import ChatTemplate  # noqa: E402
 from minijinja_py.chat.ray_data import (OUTPUT_TYPES, ChatTemplateBatches,  # noqa: E402
                                         render_dataset)
 
-# One local Ray cluster for the module: under pytest-xdist its tests stay on one worker.
-pytestmark = [pytest.mark.skipif(not corpus_available(), reason="needs the shared corpus"),
-              pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.skipif(not corpus_available(), reason="needs the shared corpus")
 
 # A Qwen2.5-style template with tools and {% generation %} blocks, and the Qwen2 tokenizer.
 TEMPLATE = CORPUS / "templates" / "seed-qwen-toml-generation.jinja"
