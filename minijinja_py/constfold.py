@@ -9,9 +9,12 @@ through ``environment.getitem``, which turns the TypeError into an undefined val
 prints ``False`` in Jinja2, while ``{% if 0[:] %}`` raises.
 
 The compiler asks :func:`fold_printed` about each printed expression that slices a constant;
-everything else prints the same either way and is left to the ordinary evaluation. Any
-failure here means "not constant" (Jinja2's ``Impossible``): the expression is then evaluated
-at render time, as in Jinja2.
+everything else prints the same either way and is left to the ordinary evaluation. It asks
+too about each expression holding what Jinja2 could not compile (a keyword given twice, a
+filter or test the environment lacks): what the folding leaves out (``false and f(a=1,
+a=1)``, ``1 if true else x|unknown``) is never compiled, in Jinja2 nor here. Any failure
+here means "not constant" (Jinja2's ``Impossible``): the expression is then evaluated at
+render time, as in Jinja2.
 """
 
 from __future__ import annotations
