@@ -208,6 +208,25 @@ class BoundMethod:
         return f"<built-in method {self.name} of {type(self.owner).__name__} object>"
 
 
+class FormatMethod(BoundMethod):
+    """``str.format``/``format_map`` read by a template (``'{}'.format``). Jinja2's sandbox
+    hands out a function wrapping it (its safe formatter), so it prints and is named as that
+    function: ``<function str.format>`` (without the address), ``<function Markup.format>``."""
+
+    __slots__ = ()
+    template_type_name = "function"
+
+    def __repr__(self) -> str:
+        from .markup import Markup
+
+        owner = "Markup" if isinstance(self.owner, Markup) else "str"
+        return f"<function {owner}.{self.name}>"
+
+
+#: The str methods read as a FormatMethod.
+FORMAT_METHODS = frozenset({"format", "format_map"})
+
+
 class MutatorMethod(BoundMethod):
     """A list/dict mutator read by a template in a mutable environment (``items.append``):
     the tuples it stores are checked for nesting (see limits.check_tuple_depth)."""
@@ -592,7 +611,8 @@ def raise_template_error(message: Any) -> None:
 
 __all__ = [
     "MISSING", "Undefined", "ChainableUndefined", "StrictUndefined", "unsafe_undefined",
-    "is_undefined", "BoundMethod", "Namespace", "Cycler", "Joiner", "LoopContext", "Macro",
+    "is_undefined", "BoundMethod", "FormatMethod", "Namespace", "Cycler", "Joiner",
+    "LoopContext", "Macro",
     "LazySequence", "object_type_repr", "TemplateRuntimeError",
 ]
 

@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table
-from .runtime import (MISSING, BlockReference, BoundMethod, Cycler, GlobalFunction,
-                      HostMethod, Joiner, MutatorMethod, RuntimeMethod, LazySequence, LoopContext, Macro,
+from .runtime import (FORMAT_METHODS, MISSING, BlockReference, BoundMethod, Cycler,
+                      FormatMethod, GlobalFunction, HostMethod, Joiner, MutatorMethod,
+                      RuntimeMethod, LazySequence, LoopContext, Macro,
                       NAMESPACE_TYPES, Namespace,
                       TemplateDict,
                       TemplateReference, Undefined, unsafe_undefined)
@@ -126,6 +127,8 @@ class Sandbox:
                     if self.immutable:
                         return unsafe_undefined(obj, name, self.undefined)
                     return MutatorMethod(function, obj, name)
+                if name in FORMAT_METHODS and isinstance(obj, str):
+                    return FormatMethod(function, obj, name)
                 return BoundMethod(function, obj, name)
             if name in _NUMBER_ATTRIBUTES and base in (int, float):
                 return getattr(obj, name)

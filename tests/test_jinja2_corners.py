@@ -56,6 +56,11 @@ CASES = [
     "{{ '{:7}'.format(missing) }}",
     "{{ '{}'.format(missing) }}|{{ '{:}'.format(missing) }}|{{ '%5s' % missing }}",
     "{{ '{:>3}'.format(x if x) }}",
+    # str.format read without a call is the sandbox's wrapper function (found by the random
+    # fuzz): printed, listed, named in an error as a function; other methods stay built-ins
+    "{{ ''.format }}|{{ 'a'.format_map }}|{{ [''.format] }}|{{ ''.upper }}|{{ [].count }}",
+    "{{ ''.format is callable }}|{{ ''.format|string|length > 0 }}",
+    "{{ ''.format.x + 1 }}",
 ]
 
 
