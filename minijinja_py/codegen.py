@@ -557,20 +557,18 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     tests: List[str] = []  # (position, condition) of each evaluated operand, in order
     fixed_built = 0
     built_terms: List[str] = []
-    joined: List[Tuple[bool, str]] = []  # (a literal, code) of each operand
     for position, (constant, operand) in enumerate(operands):
         weight = count - max(position, 1)  # how many intermediate sums hold this operand
         if constant is not MISSING:
-            values.append(w.ref(constant))
-            joined.append((True, repr(constant)))
+            values.append(w.ref(constant))  # a str: its literal
             fixed_built += weight * len(constant)
             continue
         value = w.temporary()
         values.append(value)
-        joined.append((False, value))
         tests.append((position, f"type({value} := {_expr(w, operand)}) is str"))
         built_terms.append(f"{weight} * len({value})" if weight != 1 else f"len({value})")
     total, built = w.temporary(), w.temporary()
+    joined = [(constant is not MISSING, value) for (constant, _), value in zip(operands, values)]
     w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
     built_sum = " + ".join(([str(fixed_built)] if fixed_built else []) + built_terms) or "0"
     evaluated = f"{w.ref(add_evaluated)}(({', '.join(values)},), scope)"

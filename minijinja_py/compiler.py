@@ -27,7 +27,7 @@ import operator
 from functools import partial
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+    from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateError,
@@ -1002,8 +1002,8 @@ class Compiler:
     def macro_factory(self, name: str, params: list, body_nodes: list, defined_at: n.Node,
                       caller_macro: bool = False) -> Callable[[Scope], Macro]:
         arg_names = tuple(p for p, _ in params)
-        if self.duplicate_parameter is None and len(set(arg_names)) < len(arg_names):
-            twice = next(p for i, p in enumerate(arg_names) if p in arg_names[:i])
+        twice = _first_repeated(arg_names) if self.duplicate_parameter is None else None
+        if twice is not None:
             self.duplicate_parameter = TemplateSyntaxError(
                 f"duplicate argument {twice!r} in macro definition", defined_at.lineno,
                 defined_at.column)
@@ -2395,10 +2395,13 @@ _NODE_DEPENDENT_FACTS = frozenset({n.Name, n.NameTarget, n.Getitem, n.Call, n.Fi
 def _repeated_keyword(node: n.Node) -> Optional[str]:
     """The first keyword given twice in the arguments of a Call, Filter or Test node."""
     keywords = node.kwargs
-    if len(keywords) < 2:
-        return None
+    return _first_repeated([name for name, _ in keywords]) if len(keywords) > 1 else None
+
+
+def _first_repeated(names: Iterable[str]) -> Optional[str]:
+    """The first name of ``names`` that an earlier one repeats, or None."""
     seen = set()
-    for name, _ in keywords:
+    for name in names:
         if name in seen:
             return name
         seen.add(name)
