@@ -94,11 +94,10 @@ def _flush_before_calls(lines: List[str]) -> Optional[List[str]]:
     are left pending inside a call's arguments (``g(x + y)``: the callee is evaluated before
     them), where they must be charged at once. Names are found as tokens, so text in string
     literals is left alone."""
-    import io
     import tokenize
 
     calls: Dict[int, List[Tuple[int, int, str]]] = {}
-    tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
+    tokens = _tokens(lines)
     open_calls: List[bool] = []  # for each open parenthesis: does it hold a call's arguments
     previous = None
     for token, following in zip(tokens, tokens[1:] + [None]):
@@ -124,6 +123,106 @@ def _flush_before_calls(lines: List[str]) -> Optional[List[str]]:
         lines[row] = line
     return lines
 
+
+def _tokens(lines: List[str]) -> List[Any]:
+    """The Python tokens of generated ``lines`` (indented statements). A read placeholder
+    (``\\x00N\\x00``, see _Writer.dict_read) is a name of its length here: Python 3.12's
+    tokenizer refuses NUL characters (with a SystemError), the earlier one let them by."""
+    import io
+    import tokenize
+
+    source = "\n".join(lines).replace("\x00", "_") + "\n"
+    return list(tokenize.generate_tokens(io.StringIO(source).readline))
+
+
+def _rewritten(lines: List[str], edits: List[Tuple[Tuple[int, int], Tuple[int, int], str]]
+               ) -> List[str]:
+    """``lines`` with each (start, end, text) of ``edits`` (token positions, on one line)
+    put in place of what it spans."""
+    lines = list(lines)
+    for (row, start), (_, end), text in sorted(edits, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[:start] + text + line[end:]
+    return lines
+
+
+def _bind_target_lazily(lines: List[str], target: str, item: str) -> List[str]:
+    """A loop body whose own reads of its target use the local ``item``: each use of
+    ``scope`` (what the closures it calls receive, and read the target from) made to store
+    the item in the iteration's variables first, once per item, instead of a store as each
+    iteration starts; most iterations of most loops call no closure. ``_b`` is the item
+    stored last (``_M`` before any)."""
+    import tokenize
+
+    bound = f"(scope if _b is {item} else _bound(scope, {target!r}, (_b := {item})))"
+    edits = []
+    previous = None
+    for token in _tokens(lines):
+        if token.string == "scope" and token.type == tokenize.NAME and (
+                previous is None or previous.string != "."):
+            edits.append((token.start, token.end, bound))
+        previous = token
+    return _rewritten(lines, edits)
+
+
+def _bound(scope: Any, name: str, value: Any) -> Any:
+    """``scope`` with its variable ``name`` set to ``value`` (see _bind_target_lazily)."""
+    scope.vars[name] = value
+    return scope
+
+
+_TEMPORARY = re.compile(r"_t[0-9]+")
+_EARLY_READ = re.compile(r"_r[0-9]+")
+
+
+def _aliased(lines: List[str]) -> List[str]:
+    """``lines`` with each temporary that only ever takes the value of an early read
+    (``type(_t2 := _r0) is str``, see _Writer.resolve_reads) replaced by that read's own
+    local: two instructions fewer per use."""
+    import tokenize
+
+    tokens = _tokens(lines)
+    names = [token.string if token.type == tokenize.NAME else None for token in tokens]
+    aliases: Dict[str, Tuple[int, str]] = {}  # temporary -> (its walrus' token index, read)
+    # temporaries in f-strings (`f'{_t8}'`, see _joined_strs) keep their names: before
+    # Python 3.12 an f-string is one token
+    assigned = set(_TEMPORARY.findall(" ".join(
+        token.string for token in tokens if token.type == tokenize.STRING and
+        token.string[:2].lower() in ("f'", 'f"'))))
+    depth = 0  # Python 3.12 and later: the tokens inside an f-string
+    for index, token in enumerate(tokens):
+        kind = tokenize.tok_name.get(token.type)
+        depth += (kind == "FSTRING_START") - (kind == "FSTRING_END")
+        if depth and names[index] is not None:
+            assigned.add(names[index])
+    for index, name in enumerate(names):
+        if name is None or not _TEMPORARY.fullmatch(name) or index + 3 >= len(tokens):
+            continue
+        operator = tokens[index + 1].string
+        if operator not in ("=", ":="):
+            continue
+        value = names[index + 2]
+        if name in assigned or operator == "=" or value is None or \
+                not _EARLY_READ.fullmatch(value) or tokens[index + 3].string not in (")", ","):
+            aliases.pop(name, None)
+            assigned.add(name)
+            continue
+        assigned.add(name)
+        aliases[name] = (index, value)
+    if not aliases:
+        return lines
+    edits = []
+    walruses = {index: value for index, value in aliases.values()}
+    skip_to = -1
+    for index, token in enumerate(tokens):
+        if index < skip_to:
+            continue
+        if index in walruses:  # `_t2 := _r0` -> `_r0`
+            edits.append((token.start, tokens[index + 2].end, walruses[index]))
+            skip_to = index + 3
+        elif names[index] in aliases:
+            edits.append((token.start, token.end, aliases[names[index]][1]))
+    return _rewritten(lines, edits)
 
 
 class _Writer:
@@ -302,7 +401,7 @@ class _Writer:
             checks.append(f"{k} in {obj}")
         fast = [f"{depth}if {' and '.join(checks)}:"]
         fast += [f"{depth}    {name} = {obj}[{k}]" for (obj, k), (name, _) in early.items()]
-        fast += ["    " + line for line in resolve(True)]
+        fast += ["    " + line for line in _aliased(resolve(True))]
         fast += [f"{depth}else:"]
         fast += [f"{depth}    {name} = {obj}.get({k}, _M) if {is_dict} else _M"
                  for (obj, k), (name, is_dict) in early.items()]
@@ -1117,6 +1216,14 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     _statement(w, body, 2)
     w.resolve_reads()
     lines = w.lines
+    # the item is the hoisted target's own local when there is one
+    item = w.hoisted[target][0] if target in w.hoisted else "item"
+    # a simple loop's body that binds nothing stores the item for the closures it calls
+    # only when it calls one (see _bind_target_lazily)
+    lazy = bool(w.loop_refund) and w.hoisting
+    if lazy:
+        lines = _bind_target_lazily(lines, target, item)
+        w.names["_bound"] = _bound
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
@@ -1124,17 +1231,21 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
                f"    {variable} = vars.get({name!r}, _M)\n"
                f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M else {variable}"
                for name, variable in w.invariant.items()] + [
-               "    remaining = iter(items)", "    for item in remaining:"]
+               "    remaining = iter(items)", f"    for {item} in remaining:"]
     for line in prelude:
         w.line(2, line)
     if uses_loop:
         w.line(2, "loop.index0 += 1")
-    w.line(2, f"vars[{target!r}] = item")
     body_text = "\n".join(lines)
+    if not lazy:
+        w.line(2, f"vars[{target!r}] = {item}")
+    elif _mentions(body_text, "_b"):
+        w.lines.insert(w.lines.index("    remaining = iter(items)"), "    _b = _M")
     if _mentions(body_text, "_pending"):
         w.lines.insert(w.lines.index("    remaining = iter(items)"), "    _pending = 0")
     for name, (value, is_dict) in w.hoisted.items():
-        w.line(2, f"{value} = item" if name == target else f"{value} = vars[{name!r}]")
+        if name != target:
+            w.line(2, f"{value} = vars[{name!r}]")
         if _mentions(body_text, is_dict):
             w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)

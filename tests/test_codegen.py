@@ -10,6 +10,7 @@ limits, nesting deeper than Python allows blocks.
 from __future__ import annotations
 
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,57 @@ def test_generated_bodies_keep_the_closures_semantics(source: str, expected: str
     ms = [{"role": "u", "l": [1]}, {"role": "a", "l": [1]}]
     assert _render(source, ms=ms) == expected
     assert reference_jinja2.make_environment().from_string(source).render(ms=ms) == expected
+
+
+# Closures called from a generated loop read its variable from the iteration's scope, where
+# it is stored only when one is called (once per item): items that repeat (the same object,
+# or an equal one), iterations calling none in between, a nested loop, a macro, a filter
+_SHARED = {"role": "a", "l": [1, 2]}
+_STORED_ON_USE = [
+    ("{% for m in ms %}{% if m.role == 'a' %}{% for c in m.l %}{{ m.role ~ c }}{% endfor %}"
+     "{% endif %}{{ m.role }};{% endfor %}"),
+    ("{% macro show(x) %}<{{ x.role }}>{% endmacro %}{% for m in ms %}"
+     "{% if m.role == 'u' %}{{ show(m) }}{% else %}{{ m.role }}{% endif %}{% endfor %}"),
+    "{% for m in ms %}{{ m.l|map('string')|join(m.role) }}{{ loop.index }}{% endfor %}",
+    "{% for m in ms %}{{ m.role }}{% if loop.index is even %}{{ ms[loop.index0] }}{% endif %}"
+    "{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("source", _STORED_ON_USE)
+def test_closures_in_generated_loops_read_the_current_item(
+        source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = spy_on(monkeypatch, "generate_loop")
+    ms = [_SHARED, {"role": "u", "l": [3]}, _SHARED, _SHARED, {"role": "a", "l": [4]},
+          {"role": "u", "l": []}, {"role": "a", "l": [4]}]
+    expected = reference_jinja2.make_environment().from_string(source).render(ms=ms)
+    assert _render(source, ms=ms) == expected
+    assert [f.__name__ for f in made if f is not None][:1] == ["generated_loop"]
+
+
+def test_generated_loops_store_their_variable_only_for_the_closures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = spy_on(monkeypatch, "generate_loop")
+    template = mj.chat_environment().from_string(
+        "{% for m in messages %}{% if m.role == 'user' %}{{ m.role + ': ' + m.content }}"
+        "{% else %}{{ m.content|trim }}{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": " b "}]
+    assert template.render(messages=messages) == "user: ab"
+    source = made[0].source
+    # no store as each iteration starts; the closures' scope stores the item when used
+    assert "vars['m'] = " not in source and "_bound(scope, 'm', (_b := _o0))" in source
+    # the values read as the iteration starts are used as they are, not copied first
+    assert "for _o0 in remaining:" in source and " := _r" not in source.split("else:")[0]
+
+
+def test_read_placeholders_are_names_to_the_tokenizer() -> None:
+    """Python 3.12's tokenizer refuses NUL characters: the generated loops of templates
+    reading a key twice per message (placeholders while written) could not be made there."""
+    from minijinja_py import codegen
+
+    tokens = codegen._tokens(["        _t1 = (\x000\x00 if \x0012\x00 else 1)"])
+    assert [t.string for t in tokens if t.string.startswith("_")] == ["_t1", "_0_", "_12_"]
+    assert "ERRORTOKEN" not in [tokenize.tok_name[t.type] for t in tokens]
 
 
 def test_errors_in_generated_bodies_are_located() -> None:
