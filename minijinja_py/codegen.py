@@ -96,7 +96,7 @@ def _flush_before_calls(lines: List[str]) -> Optional[List[str]]:
     literals is left alone."""
     import tokenize
 
-    calls: Dict[int, List[Tuple[int, int, str]]] = {}
+    calls = []  # edits (see _rewritten): each callee wrapped
     tokens = _tokens(lines)
     open_calls: List[bool] = []  # for each open parenthesis: does it hold a call's arguments
     previous = None
@@ -106,22 +106,16 @@ def _flush_before_calls(lines: List[str]) -> Optional[List[str]]:
                 _CALLEE.fullmatch(previous.string) is not None and previous.end == token.start
             open_calls.append(call)
             if call:
-                row, column = previous.start
-                calls.setdefault(row - 1, []).append((column, previous.end[1], previous.string))
+                name = previous.string
+                calls.append((previous.start, previous.end, f"({name} if not _pending else "
+                              f"((_pending := _flushed(ctx, _pending)) or {name}))"))
         elif token.type == tokenize.OP and token.string == ")":
             open_calls.pop()
         elif token.string == "_pending" and following is not None and \
                 following.string == ":=" and any(open_calls):
             return None
         previous = token
-    lines = list(lines)
-    for row, found in calls.items():
-        line = lines[row]
-        for start, end, name in reversed(found):
-            line = (line[:start] + f"({name} if not _pending else "
-                    f"((_pending := _flushed(ctx, _pending)) or {name}))" + line[end:])
-        lines[row] = line
-    return lines
+    return _rewritten(lines, calls)
 
 
 def _tokens(lines: List[str]) -> List[Any]:
