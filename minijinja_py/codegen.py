@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 import re
 from functools import partial
 
-from .budget import CHARS_SHIFT, SLOW_LOOKUP_STEPS
+from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, Macro, Undefined, to_text
 from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
@@ -303,23 +303,28 @@ class _Writer:
         self.deferred = []
         self.deferred_from = len(self.lines)
 
-    def flush_charges(self, depth: int) -> None:
+    def flush_charges(self, depth: int) -> bool:
         """The statement's expressions are written: the steps they leave pending are
         charged after them, and before any call they make that could read ``ctx.steps``
         (a closure, ``_text``), so that every check anywhere sees the same count as on
-        the closures' path."""
+        the closures' path. True when steps may be pending until the lines it adds."""
         charges, self.deferred = self.deferred, None
         if not charges:
-            return
+            return False
         statement = self.lines[self.deferred_from:]
         flushing = _flush_before_calls(statement)
         if flushing is None:  # each charge a call again
             for deferred, at_once in charges:
                 statement = [line.replace(deferred, at_once) for line in statement]
             self.lines[self.deferred_from:] = statement
-            return
+            return False
         self.names["_flushed"] = _flushed
         self.lines[self.deferred_from:] = flushing
+        self.charge_pending(depth)
+        return True
+
+    def charge_pending(self, depth: int) -> None:
+        """Lines charging the steps left pending."""
         self.line(depth, "ctx.steps += _pending")
         self.line(depth, "_pending = 0")
 
@@ -581,7 +586,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         _, operand, constant, negate = spec
         return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"
     if kind == "contains":
-        _, left, right, negate, check = spec
+        _, left, right, negate, check, members, charger = spec
         left_spec = getattr(left, "spec", None)
         if left_spec is not None and left_spec[0] == "const":
             # `'tool_calls' in message`: a dict answers at once (nothing to charge); the
@@ -594,6 +599,15 @@ def _expr(w: _Writer, closure: Any) -> str:
                 obj = w.temporary()
                 is_dict = f"type({obj} := {_expr(w, right)}) is dict"
             found = f"({key} in {obj} if {is_dict} else {w.ref(check)}({key}, {obj}, scope))"
+        elif members is not None:
+            # `role in ('tool', 'ipython')`: a str among strs compares without user code;
+            # scanning the literal is charged as check_contains charges it (anything else
+            # goes there: the literal built as the closure builds it)
+            value = w.temporary()
+            steps = len(members) >> ITEMS_SHIFT
+            charged = f" and {w.charge(charger, str(steps))}" if steps else ""
+            found = (f"({value} in {w.ref(members)} if type({value} := {_expr(w, left)}) is str"
+                     f"{charged} else {w.ref(check)}({value}, {_expr(w, right)}, scope))")
         else:
             found = f"{w.ref(check)}({_expr(w, left)}, {_expr(w, right)}, scope)"
         return f"(not {found})" if negate else found
@@ -1002,15 +1016,27 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         _, branches, else_, node = spec
         w.mark(depth, "if", node)
         w.line(depth, "try:")
+        # the conditions' charges are left pending as a print statement's are (a call per
+        # `role in ('tool', 'ipython')` otherwise); whichever branch runs, or none, charges
+        # what the conditions evaluated so far left pending before anything else
+        pending = False
         for index, (test, body, test_node) in enumerate(branches):
             keyword = "if" if index == 0 else "elif"
+            w.defer_charges()
             w.line(depth + 1, f"{keyword} {_condition(w, test, test_node)}:")
             w.line(depth + 2, "pass")
+            if w.flush_charges(depth + 2):
+                pending = True
+            elif pending:
+                w.charge_pending(depth + 2)
             _statement(w, body, depth + 2)
-        if else_ is not None:
+        if else_ is not None or pending:
             w.line(depth + 1, "else:")
             w.line(depth + 2, "pass")
-            _statement(w, else_, depth + 2)
+            if pending:
+                w.charge_pending(depth + 2)
+            if else_ is not None:
+                _statement(w, else_, depth + 2)
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         return

@@ -2239,8 +2239,14 @@ class Compiler:
                     found = check_contains(left, right, scope)
                     return not found if negate else found
 
+                # `role in ('tool', 'ipython')`: a literal of strs only, which a str is looked
+                # up in without a call (codegen.py); what scanning it costs is charged there
+                literal = _literal_value(operand_node)
+                members = tuple(literal) if type(literal) in (tuple, list) and all(
+                    type(item) is str for item in literal) else None
                 contains.spec = (  # type: ignore[attr-defined]
-                    "contains", first, second, negate, check_contains)
+                    "contains", first, second, negate, check_contains, members,
+                    _step_charger(node) if members else None)
                 return contains
 
             def compare_values(left: Any, right: Any, scope: Scope) -> Any:

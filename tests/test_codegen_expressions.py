@@ -205,6 +205,16 @@ CASES = [
     "{{ nothing }}{% endfor %}{{ x }}{{ c }}",
     "{% macro f(p) %}{% for m in messages %}{% set q = p ~ m.role %}{{ q }}{{ p }}{% endfor %}"
     "{% endmacro %}{{ f('a') }}",
+    # `x in ('a', 'b')`, a literal of strs: a str is looked up inline and charged as the
+    # closure charges it; an `if`'s conditions leave their steps pending until the branch
+    # taken (or none) starts, before any call in it
+    "{% macro g(x) %}{{ x }}{% endmacro %}{% for m in messages %}"
+    "{% if m.role in ('tool', 'ipython') %}t{% elif m.role in ['user', 'system', 'x'] %}"
+    "{{ g(m.role) }}{% elif m.n not in ('a', 'b') %}n{% endif %}"
+    "{% if m.content in ('Hi', 'Hello') %}{{ g(1) }}{% endif %}{{ m.role in ('a', 'b', 'c') }}"
+    "{{ m.content in ['Hi'] }}{{ [m.n] in [[3], 'x'] }}{% endfor %}",
+    "{% for i in items %}{% if i in ('x', 'y') %}{{ i }}{% else %}-{% endif %}"
+    "{% if i not in ['x'] %}+{% endif %}{% endfor %}",
     # steps of strings built in a print or set, charged when it ends: checked where they
     # arise, and charged before any call that follows in the statement (a filter, a list
     # printed, a macro)
@@ -513,3 +523,35 @@ def test_a_loop_over_a_list_is_limited_and_charged_as_any_iterable(
             env.from_string(source).render(messages=MESSAGES, values=values)
         assert "max_collection_size" in str(caught.value)
         assert (caught.value.lineno, caught.value.column) == (1, 36)  # at `values`
+
+
+def _limited_outcome(source: str, max_steps: int, hot: bool,
+                     monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
+    monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
+    env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
+    try:
+        return env.from_string(source).render(**DATA)
+    except mj.LimitExceededError as exc:
+        return ("refused", exc.lineno)
+
+
+@pytest.mark.parametrize("source", [
+    "{% macro g(x) %}{{ x }}{% endmacro %}{% for m in messages %}\n"
+    "{% if m.role in ('tool', 'ipython', 'a', 'b') %}t{% endif %}\n{{ g(m.role) }}{% endfor %}",
+    "{% macro g(x) %}{{ x }}{% endmacro %}{% for m in messages %}\n"
+    "{% if m.role in ('tool', 'ipython', 'a', 'b') %}t{% elif m.role == 'user' %}\n"
+    "{{ g(m.role) }}{% elif m.role in ['a', 'b', 'c'] %}c{% else %}{{ g(m.content) }}"
+    "{% endif %}\n{{ g(m.role) }}{% endfor %}",
+])
+def test_limit_errors_fall_where_the_closures_raise_them(
+        source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps an `if`'s conditions leave pending are charged before the branch taken, or the
+    statement after the `if` when none is: whatever the budget, a call there sees the same
+    count, and the limit's error falls on the same line, as on the closures' path."""
+    outcomes = set()
+    for max_steps in range(20, 900, 3):
+        generated = _limited_outcome(source, max_steps, True, monkeypatch)
+        assert generated == _limited_outcome(source, max_steps, False, monkeypatch), max_steps
+        outcomes.add(generated if isinstance(generated, tuple) else "whole")
+    assert "whole" in outcomes and len(outcomes) > 2  # refused on more than one line
