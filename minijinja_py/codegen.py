@@ -231,9 +231,10 @@ class _Writer:
                                       "_locate_statement": _locate_statement}
         self.ids: Dict[int, str] = {}
         self.temporaries = 0
-        # Local variables read once at the top (when nothing in the body can rebind them):
-        # name -> (value, "is a dict") names in the generated code.
+        # Local variables read once at the top (those nothing in the body can rebind: see
+        # hoists): name -> (value, "is a dict") names in the generated code.
         self.hoisting = False
+        self.rebound: FrozenSet[str] = frozenset()  # names the body may bind again
         self.hoisted: Dict[str, tuple] = {}
         # Inside a generated loop (generate_loop), signals act on that loop directly.
         self.in_loop = False
@@ -328,10 +329,15 @@ class _Writer:
         self.line(depth, "ctx.steps += _pending")
         self.line(depth, "_pending = 0")
 
+    def hoists(self, name: str) -> bool:
+        """Whether local ``name`` is read once per iteration into a Python local: nothing
+        in the body binds it again (a `set` of another name leaves it alone)."""
+        return self.hoisting and name not in self.rebound
+
     def local(self, name: str) -> tuple:
         """Code for (the value of local ``name``, whether it is a dict), or None for the
         second when the variable is not hoisted."""
-        if not self.hoisting:
+        if not self.hoists(name):
             return f"vars[{name!r}]", None
         found = self.hoisted.get(name)
         if found is None:
@@ -454,7 +460,8 @@ def _expr(w: _Writer, closure: Any) -> str:
         _, operand, key, slow = spec
         k = w.ref(key)
         operand_spec = getattr(operand, "spec", None)
-        if operand_spec is not None and operand_spec[0] == "local" and w.hoisting:
+        if operand_spec is not None and operand_spec[0] == "local" and \
+                w.hoists(operand_spec[1]):
             obj, is_dict = w.local(operand_spec[1])
             return w.dict_read(obj, is_dict, key, _slow_read(w, obj, k, slow))
         obj = w.temporary()
@@ -474,7 +481,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         variable = loader.spec[1]
         if w.loop_parameter and variable == "loop":
             return f"loop.{name}"
-        if w.hoisting:
+        if w.hoists(variable):
             obj, _ = w.local(variable)
             read = obj
         else:
@@ -593,7 +600,8 @@ def _expr(w: _Writer, closure: Any) -> str:
             # order of evaluation cannot matter with a constant on the left
             key = _expr(w, left)
             right_spec = getattr(right, "spec", None)
-            if right_spec is not None and right_spec[0] == "local" and w.hoisting:
+            if right_spec is not None and right_spec[0] == "local" and \
+                    w.hoists(right_spec[1]):
                 obj, is_dict = w.local(right_spec[1])
             else:
                 obj = w.temporary()
@@ -754,7 +762,8 @@ _EQUATABLE = frozenset({int, float, bool, type(None)})
 def _probe_name(w: _Writer, name: str) -> Tuple[str, str]:
     """(value, found): how generated code reads ``name`` from this scope and its parent, the
     value once ``found`` (a condition) holds; a miss goes on to the rest of the chain."""
-    if w.in_loop and (w.hoisting or (w.binds is not None and name not in w.binds)):
+    if w.in_loop and ((w.hoisting and not w.rebound) or
+                      (w.binds is not None and name not in w.binds)):
         # a loop body that binds nothing (or not this name): what the two scopes hold for
         # the name cannot change while the loop runs (nothing else runs in them meanwhile),
         # so they are probed once, before it; a miss still walks on at each use
@@ -1113,21 +1122,23 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
     _emit(w, inner, pieces)
 
 
-def _may_rebind(closure: Any) -> bool:
-    """Whether running the statement ``closure`` may rebind a variable of its own scope
-    (`set`, a set block, a macro definition): then locals are read where they are used."""
-    if getattr(closure, "rebinds", False):
-        return True
+def _rebound_names(closure: Any) -> FrozenSet[str]:
+    """The variables of its own scope running the statement ``closure`` may bind again
+    (`set`, a set block, a macro definition: their ``rebinds``): those are read where they
+    are used, the others once per iteration."""
+    rebinds = getattr(closure, "rebinds", None)
+    if rebinds:
+        return rebinds
     spec = getattr(closure, "spec", None)
     if spec is None:
-        return False
+        return frozenset()
     if spec[0] == "body":
-        return any(_may_rebind(statement) for statement in spec[1])
+        return frozenset().union(*map(_rebound_names, spec[1]))
     if spec[0] == "if":
         _, branches, else_, _ = spec
-        return any(_may_rebind(body) for _, body, _ in branches) or (
-            else_ is not None and _may_rebind(else_))
-    return False
+        bodies = [body for _, body, _ in branches] + ([else_] if else_ is not None else [])
+        return frozenset().union(*map(_rebound_names, bodies))
+    return frozenset()
 
 
 #: Set this environment variable (to anything but "" or "0") to have every generated function
@@ -1230,9 +1241,10 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
 
 def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop: bool,
                    prelude: List[str], setup: List[str], stable_items: bool) -> Any:
-    w.hoisting = not _may_rebind(body)
+    w.hoisting = True
+    w.rebound = _rebound_names(body)
     w.loop_parameter = uses_loop
-    w.caching_reads = stable_items and w.hoisting
+    w.caching_reads = stable_items
     _statement(w, body, 2)
     w.resolve_reads()
     lines = w.lines
@@ -1240,7 +1252,7 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     item = w.hoisted[target][0] if target in w.hoisted else "item"
     # a simple loop's body that binds nothing stores the item for the closures it calls
     # only when it calls one (see _bind_target_lazily)
-    lazy = bool(w.loop_refund) and w.hoisting
+    lazy = bool(w.loop_refund) and not w.rebound
     if lazy:
         lines = _bind_target_lazily(lines, target, item)
         w.names["_bound"] = _bound
@@ -1290,7 +1302,7 @@ def generate(body: Callable[..., Any]) -> Callable[..., Any]:
     if spec is None:
         return body
     w = _Writer()
-    w.hoisting = not _may_rebind(body)
+    w.hoisting = not _rebound_names(body)
     _statement(w, body, 1)
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",

@@ -920,7 +920,7 @@ class Compiler:
                 Scope.lookup, node)
 
         # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
-        assign_stmt.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
+        assign_stmt.rebinds = _bound_names(node.target)  # type: ignore[attr-defined]
         return assign_stmt
 
     def s_assign_block(self, node: n.Node) -> Stmt:
@@ -943,7 +943,7 @@ class Compiler:
             assign(scope, value)
             return None
 
-        assign_block.rebinds = not isinstance(node.target, n.NSRef)  # type: ignore
+        assign_block.rebinds = _bound_names(node.target)  # type: ignore[attr-defined]
         return assign_block
 
     def s_filter_block(self, node: n.Node) -> Stmt:
@@ -995,7 +995,7 @@ class Compiler:
         def define_macro(scope: Scope, out: list) -> None:
             scope.vars[name] = make(scope)
 
-        define_macro.rebinds = True  # type: ignore[attr-defined]
+        define_macro.rebinds = frozenset((name,))  # type: ignore[attr-defined]
         define_macro.spec = ("define", name, make, node)  # type: ignore[attr-defined]
         return define_macro
 
@@ -2690,6 +2690,12 @@ def fresh_variables(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any
     if not names:
         return {}
     return dict(starting_undefined(names, ctx.undefined))
+
+
+def _bound_names(target: n.Node) -> FrozenSet[str]:
+    """The names a `set` of ``target`` binds in its scope (none for ``ns.attr``): the
+    statement's ``rebinds``, which codegen.py reads."""
+    return frozenset(name.name for name in _target_names(target))
 
 
 def _target_names(target: n.Node) -> List[n.Node]:

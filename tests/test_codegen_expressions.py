@@ -205,6 +205,17 @@ CASES = [
     "{{ nothing }}{% endfor %}{{ x }}{{ c }}",
     "{% macro f(p) %}{% for m in messages %}{% set q = p ~ m.role %}{{ q }}{{ p }}{% endfor %}"
     "{% endmacro %}{{ f('a') }}",
+    # loops whose bodies set names: the loop's variable is read from the item itself while
+    # nothing in the body sets it again; a name the body sets (the loop's own included, in a
+    # branch, by unpacking, as a macro or a block) is read where it is stored
+    "{% for m in messages %}{% set c = m.role ~ '!' %}{{ c }}{{ m.role }}{{ m['content'] }}"
+    "{% if m.n %}{% set m = {'role': 'x'} %}{% endif %}{{ m.role }}{% endfor %}",
+    "{% for m in messages %}{% set a, m = m.role, 'swapped' %}{{ a }}{{ m }}{{ m.role }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ m.role }}{% macro m() %}mac{% endmacro %}{{ m() }}"
+    "{% endfor %}",
+    "{% for m in messages %}{% set x %}{{ m.role }}{% endset %}{{ x }}{% set m %}b{% endset %}"
+    "{{ m }}{{ m.role }}{% endfor %}",
     # `x in ('a', 'b')`, a literal of strs: a str is looked up inline and charged as the
     # closure charges it; an `if`'s conditions leave their steps pending until the branch
     # taken (or none) starts, before any call in it
