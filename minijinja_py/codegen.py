@@ -976,7 +976,12 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.flush_charges(depth)
         return
     if kind == "sum_print":
+        w.defer_charges()
         _sum_print(w, spec, depth)
+        w.flush_charges(depth)
+        return
+    if kind == "print_parts":
+        _print_parts(w, spec, depth)
         return
     if kind == "set":
         _, name, value, node = spec
@@ -1072,18 +1077,22 @@ def _pieces_tuple(pieces: List[Tuple[bool, str]]) -> str:
                          for is_text, piece in pieces) + ")"
 
 
-def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
+def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str = "") -> None:
     """``{{ a + b + ... }}``: while the operands are str (evaluated strictly left to right),
     they go to the output together; the first operand that is not a str hands over to the
     closure's own ``finish`` (Python's `+`), after the str pieces before it are put in the
     output as the closure puts them (``finish`` folds them back into the sum).
 
     Written as ``if``/``elif`` on each operand in turn (evaluated in its condition), the
-    output of the sum in the final ``else``."""
+    output of the sum in the final ``else``. ``before`` and ``after`` are text printed by
+    the same statement around the sum (``text {{ a + b }} text``): in the same ``extend``,
+    never folded into the sum."""
     _, parts, finish, too_big = spec
     size = w.temporary()
     static = 0
     sizes = []
+    around = len(before) + len(after)
+    prefix: List[Tuple[bool, str]] = [(True, before)] if before else []
     pieces: List[Tuple[bool, str]] = []
     keyword = "if"
     for text, variable, key, operand, position in parts:
@@ -1105,10 +1114,14 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
             read = _expr(w, operand)
         w.line(depth, f"{keyword} type({value} := {read}) is not str:")
         keyword = "elif"
-        if pieces:
-            w.line(depth + 1, f"out.extend({_pieces_tuple(pieces)})")
+        if prefix or pieces:
+            w.line(depth + 1, f"out.extend({_pieces_tuple(prefix + pieces)})")
         w.line(depth + 1, f"{w.ref(finish)}(scope, out, len(out) - {len(pieces)}, {position}, "
                           f"{value})")
+        if after:
+            w.line(depth + 1, f"append({after!r})")
+        if around:
+            w.line(depth + 1, f"ctx.output_size += {around}")
         pieces.append((False, value))
         sizes.append(f"len({value})")
     inner = depth
@@ -1116,10 +1129,56 @@ def _sum_print(w: _Writer, spec: tuple, depth: int) -> None:
         w.line(depth, "else:")
         inner = depth + 1
     w.line(inner, f"{size} = {' + '.join([str(static)] + sizes)}")
-    w.line(inner, f"ctx.output_size += {size}")
+    w.line(inner, f"ctx.output_size += {size}" + (f" + {around}" if around else ""))
     w.line(inner, f"if {size} > 1000000:")
+    if after:  # the sum is checked before the text after it is counted, as by the closures
+        w.line(inner + 1, f"ctx.output_size -= {len(after)}")
     w.line(inner + 1, f"{w.ref(too_big)}(ctx, {size})")
-    _emit(w, inner, pieces)
+    if after:
+        w.line(inner + 1, f"ctx.output_size += {len(after)}")
+    _emit(w, inner, prefix + pieces + ([(True, after)] if after else []))
+
+
+def _print_parts(w: _Writer, spec: tuple, depth: int) -> None:
+    """``text {{ a + b }} text {{ c }}``, compiled as its parts (Compiler.output_in_parts):
+    a sum with the text around it in one ``extend``, the other parts as they are, then
+    the output limit checked at the statement."""
+    _, parts, node = spec
+    before = ""
+    index = 0
+    while index < len(parts):
+        part = parts[index]
+        kind = part.spec[0]
+        if kind == "text":
+            before += part.spec[1]
+            index += 1
+            continue
+        if kind == "sum_print":
+            following = parts[index + 1] if index + 1 < len(parts) else None
+            after = following.spec[1] if following is not None and \
+                following.spec[0] == "text" else ""
+            w.defer_charges()
+            _sum_print(w, part.spec, depth, before, after)
+            w.flush_charges(depth)
+            before = ""
+            index += 2 if after else 1
+            continue
+        if before:
+            _statement(w, _Text(before), depth)
+            before = ""
+        _statement(w, part, depth)
+        index += 1
+    if before:
+        _statement(w, _Text(before), depth)
+    w.line(depth, "if ctx.output_size > max_output:")
+    w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
+
+
+class _Text:
+    """Text printed as it is, as a statement (the compiler's text statements' spec)."""
+
+    def __init__(self, text: str) -> None:
+        self.spec = ("text", text)
 
 
 def _rebound_names(closure: Any) -> FrozenSet[str]:

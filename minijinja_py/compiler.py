@@ -386,16 +386,7 @@ class Compiler:
             return nothing
         if len(compiled) == 1:
             return compiled[0]
-
-        def run_body(scope: Scope, out: list) -> Any:
-            for statement in compiled:
-                signal = statement(scope, out)
-                if signal is not None:
-                    return signal
-            return None
-
-        run_body.spec = ("body", compiled)  # type: ignore[attr-defined]
-        return run_body
+        return _sequence(compiled)
 
     # -- statements ----------------------------------------------------------------------
     def s_output(self, node: n.Node) -> Stmt:
@@ -432,6 +423,8 @@ class Compiler:
 
         if len(items) == 1 and hasattr(items[0][1][0], "output"):
             return items[0][1][0].output
+        if any(not is_text and hasattr(item[0], "output") for is_text, item in items):
+            return self.output_in_parts(items, node)
         if len(items) == 1:
             expression, expression_node = items[0][1]
 
@@ -474,6 +467,31 @@ class Compiler:
                     "max_output_size", "rendered output too large"), node)
 
         output.spec = ("print", items, node)  # type: ignore[attr-defined]
+        return output
+
+    def output_in_parts(self, items: List[Tuple[bool, Any]], node: n.Node) -> Stmt:
+        """``text {{ a + b }} text``: each part printed as it would be alone, the sum
+        without building it (its own ``output``), then the output limit checked at the
+        statement, as the single statement checks it."""
+        parts = []
+        for is_text, item in items:
+            if is_text:
+                parts.append(self.stmt(n.Output([n.TemplateData(item)], lineno=node.lineno,
+                                                column=node.column)))
+            elif hasattr(item[0], "output"):
+                parts.append(item[0].output)
+            else:
+                parts.append(self.stmt(n.Output([item[1]], lineno=node.lineno,
+                                                column=node.column)))
+
+        def check_output_size(scope: Scope, out: list) -> None:
+            ctx = scope.ctx
+            if ctx.output_size > ctx.max_output:
+                raise _locate(ctx.limits.exceeded(
+                    "max_output_size", "rendered output too large"), node)
+
+        output = _sequence(parts + [check_output_size])
+        output.spec = ("print_parts", parts, node)  # type: ignore[attr-defined]  # codegen.py
         return output
 
     def printed_constant(self, node: n.Node) -> Optional[str]:
@@ -2690,6 +2708,19 @@ def fresh_variables(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any
     if not names:
         return {}
     return dict(starting_undefined(names, ctx.undefined))
+
+
+def _sequence(compiled: List[Stmt]) -> Stmt:
+    """The statements ``compiled`` run in order; a signal (`break`, `continue`) ends them."""
+    def run_body(scope: Scope, out: list) -> Any:
+        for statement in compiled:
+            signal = statement(scope, out)
+            if signal is not None:
+                return signal
+        return None
+
+    run_body.spec = ("body", compiled)  # type: ignore[attr-defined]
+    return run_body
 
 
 def _bound_names(target: n.Node) -> FrozenSet[str]:

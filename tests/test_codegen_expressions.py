@@ -216,6 +216,14 @@ CASES = [
     "{% endfor %}",
     "{% for m in messages %}{% set x %}{{ m.role }}{% endset %}{{ x }}{% set m %}b{% endset %}"
     "{{ m }}{{ m.role }}{% endfor %}",
+    # text printed around a sum by the same statement: one `extend` with the sum's pieces,
+    # the sum never built; a non-str operand folds the sum back, the text around it stays
+    "{% for m in messages %}\n  {{ '<' + m.role + '>' + m.content|trim + '</' + m.role + '>' }}"
+    "\n{% endfor %}",
+    "{% for m in messages %}[{{ m.role + m.n }}]({{ m.n + m.role }}){{ m.role ~ '|' }}"
+    "{{ loop.index }}{{ m.role + '!' }}|{{ m.role + m.role }}{% endfor %}",
+    "{% for m in messages %}<{{ m.role + m.missing }}>{% endfor %}",
+    "<{{ bos_token + messages[0].role }}>{{ offset }}{{ bos_token + bos_token }}!",
     # `x in ('a', 'b')`, a literal of strs: a str is looked up inline and charged as the
     # closure charges it; an `if`'s conditions leave their steps pending until the branch
     # taken (or none) starts, before any call in it
@@ -566,3 +574,32 @@ def test_limit_errors_fall_where_the_closures_raise_them(
         assert generated == _limited_outcome(source, max_steps, False, monkeypatch), max_steps
         outcomes.add(generated if isinstance(generated, tuple) else "whole")
     assert "whole" in outcomes and len(outcomes) > 2  # refused on more than one line
+
+
+@pytest.mark.parametrize("source", [
+    "{% for m in messages %}\n  {{ '<' + m.role + '>' + m.role|trim + '</' + m.role + '>' }}"
+    "\n{% endfor %}",
+    "{% for m in messages %}[{{ m.role + m.role }}]{{ m.role }}({{ m.role ~ '|' }}){% endfor %}",
+])
+def test_output_limit_errors_fall_where_the_closures_raise_them(
+        source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text printed around a sum by the same statement goes out with it: whatever the output
+    limit, the render gives the same output, or the limit's error at the same place, with
+    generated code as with the closures."""
+    whole = mj.chat_environment().from_string(source).render(**DATA)
+
+    def outcome(max_output: int, hot: bool) -> Any:
+        monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
+        monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
+        env = mj.chat_environment(limits=mj.Limits(max_output_size=max_output))
+        try:
+            return env.from_string(source).render(**DATA)
+        except mj.LimitExceededError as exc:
+            return ("refused", exc.lineno, exc.column)
+
+    outcomes = set()
+    for max_output in range(len(whole) + 2):
+        generated = outcome(max_output, True)
+        assert generated == outcome(max_output, False), max_output
+        outcomes.add(generated if isinstance(generated, tuple) else "whole")
+    assert "whole" in outcomes and len(outcomes) > 1
