@@ -475,6 +475,15 @@ def _expr(w: _Writer, closure: Any) -> str:
         within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
         return (f"({obj}[{key}] if (type({obj} := {_expr(w, operand)}) is list and {within}) "
                 f"or (type({obj}) is dict and {key} in {obj}) else {w.ref(slow)}({obj}, scope))")
+    if kind == "subscript":
+        # `messages[idx]`: a list's int index within it, or a dict's str key it holds, read
+        # directly (as the closure reads them, free); anything else is the closure's path
+        _, operand, key, item_of = spec
+        obj, k, obj_type, key_type = (w.temporary() for _ in range(4))
+        return (f"({obj}[{k}] if (((({obj_type} := type({obj} := {_expr(w, operand)})) is list)"
+                f" & (({key_type} := type({k} := {_expr(w, key)})) is int)) and "
+                f"-len({obj}) <= {k} < len({obj})) or ({obj_type} is dict and {key_type} is str "
+                f"and {k} in {obj}) else {w.ref(item_of)}({obj}, {k}, scope))")
     if kind == "direct_attribute":
         # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
         _, loader, name, direct_type, other = spec

@@ -1588,8 +1588,11 @@ class Compiler:
         key_of = self.expr(node.arg)
 
         def get_item(scope: Scope) -> Any:
-            obj = obj_of(scope)
-            key = key_of(scope)
+            return item_of(obj_of(scope), key_of(scope), scope)
+
+        def item_of(obj: Any, key: Any, scope: Scope) -> Any:
+            """``obj[key]``, both evaluated (codegen.py reads a list's int index and a
+            dict's str key itself, and calls this for anything else)."""
             if type(obj) is dict:
                 try:
                     return obj[key]
@@ -1609,6 +1612,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
+        get_item.spec = ("subscript", obj_of, key_of, item_of)  # type: ignore[attr-defined]
         return get_item
 
     def arguments(self, node: n.Node) -> Tuple[Callable[[Scope], Tuple[list, dict]], bool]:

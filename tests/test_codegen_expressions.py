@@ -216,6 +216,13 @@ CASES = [
     "{% endfor %}",
     "{% for m in messages %}{% set x %}{{ m.role }}{% endset %}{{ x }}{% set m %}b{% endset %}"
     "{{ m }}{{ m.role }}{% endfor %}",
+    # a subscript by a variable: a list's int index within it and a dict's str key it holds
+    # are read inline, the rest (indexes out of range, other types) the closure's way
+    "{% for i in range(-9, 9) %}{{ messages[i]['role'] if i >= -5 and i < 5 else i }}|"
+    "{{ items[i] }}|{% endfor %}",
+    "{% for m in messages %}{{ m[m.role] }}{{ m['ro' ~ 'le'] }}{{ items[loop.index0] }}"
+    "{{ m.role[loop.index0] }}{{ {1: 'one'}[loop.index] }}{{ items[loop.first] }}"
+    "{{ missing[m.role] }}{{ (1, 2)[loop.index0] }}{{ m[none] }}{% endfor %}",
     # text printed around a sum by the same statement: one `extend` with the sum's pieces,
     # the sum never built; a non-str operand folds the sum back, the text around it stays
     "{% for m in messages %}\n  {{ '<' + m.role + '>' + m.content|trim + '</' + m.role + '>' }}"
