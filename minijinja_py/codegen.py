@@ -969,7 +969,9 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             value = w.temporary()
             w.line(depth + 1, f"{value} = {_expr(w, expression)}")
             w.line(depth + 1, f"if type({value}) is not str:")
-            w.line(depth + 2, f"{value} = str({value}) if type({value}) is int else "
+            # (an undefined value prints as nothing: a key a message lacks, printed)
+            w.line(depth + 2, f"{value} = str({value}) if type({value}) is int else '' if "
+                              f"type({value}) is _Undefined else "
                               f"_text({value}, {w.ref(expression_node)})")
             pieces.append((False, value))
             sizes.append(f"len({value})")

@@ -22,10 +22,21 @@ def to_text(value: Any) -> str:
     their subclasses, dict views, namespaces, cyclers) is size-checked first, since a list
     holding one long string many times prints far larger than it is in memory."""
     if type(value) not in _PRINTS_SMALL:
-        from .filters import check_str_size
-
-        check_str_size(value)
+        (_SIZE_CHECK or _size_check())(value)
     return str(value)
+
+
+#: filters.check_str_size, once imported (filters imports this module: not at its top; and
+#: an import statement per value printed costs more than printing it)
+_SIZE_CHECK: Optional[Callable[[Any], Any]] = None
+
+
+def _size_check() -> Callable[[Any], Any]:
+    global _SIZE_CHECK
+    from .filters import check_str_size
+
+    _SIZE_CHECK = check_str_size
+    return check_str_size
 
 
 class _Missing:

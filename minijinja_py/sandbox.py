@@ -104,6 +104,11 @@ class Sandbox:
             # `message['tool_calls']` missing: no attribute to fall back on (as getattr)
             value = obj.get(key, MISSING)
             return value if value is not MISSING else self.undefined(obj=obj, name=key)
+        if type(obj) is str and type(key) is str:
+            # `line['type']` of a str: never an item (that is an int or a slice), so the
+            # attribute or undefined, without the TypeError of trying
+            value = self.attribute(obj, key)
+            return value if value is not MISSING else self.undefined(obj=obj, name=key)
         value = self._item(obj, key)
         if value is not MISSING:
             return value

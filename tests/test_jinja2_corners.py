@@ -61,6 +61,10 @@ CASES = [
     "{{ ''.format }}|{{ 'a'.format_map }}|{{ [''.format] }}|{{ ''.upper }}|{{ [].count }}",
     "{{ ''.format is callable }}|{{ ''.format|string|length > 0 }}",
     "{{ ''.format.x + 1 }}",
+    # a str subscripted by a str: its method, an unsafe or a plain undefined (no item tried)
+    "{{ 'abc'['upper']() }}|{{ 'abc'['format'] }}|{{ 'abc'['x'] is defined }}|"
+    "{{ 'abc'['__class__'] is defined }}|{{ 'abc'['_x'] is defined }}|{{ 'abc'['x'] }}",
+    "{% for c in 'ab' %}{{ c['type'] == 'text' }}{{ c['type'].x }}{% endfor %}",
 ]
 
 
