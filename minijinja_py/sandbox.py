@@ -92,9 +92,10 @@ class Sandbox:
         value = self.attribute(obj, name)
         if value is not MISSING:
             return value
-        value = self._item(obj, name)
-        if value is not MISSING:
-            return value
+        if type(obj) is not str:  # (a str has no item by name: no TypeError to catch)
+            value = self._item(obj, name)
+            if value is not MISSING:
+                return value
         return self.undefined(obj=obj, name=name)
 
     def getitem(self, obj: Any, key: Any) -> Any:

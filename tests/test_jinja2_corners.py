@@ -65,6 +65,8 @@ CASES = [
     "{{ 'abc'['upper']() }}|{{ 'abc'['format'] }}|{{ 'abc'['x'] is defined }}|"
     "{{ 'abc'['__class__'] is defined }}|{{ 'abc'['_x'] is defined }}|{{ 'abc'['x'] }}",
     "{% for c in 'ab' %}{{ c['type'] == 'text' }}{{ c['type'].x }}{% endfor %}",
+    "{{ 'abc'.thinking is defined }}|{{ 'abc'.upper() }}|{{ 'abc'.thinking }}|"
+    "{{ 'abc'[0].thinking is defined }}|{{ 'abc'.__class__ is defined }}",
 ]
 
 
