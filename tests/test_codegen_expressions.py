@@ -551,15 +551,17 @@ def test_a_loop_over_a_list_is_limited_and_charged_as_any_iterable(
         assert (caught.value.lineno, caught.value.column) == (1, 36)  # at `values`
 
 
-def _limited_outcome(source: str, max_steps: int, hot: bool,
-                     monkeypatch: pytest.MonkeyPatch) -> Any:
+def _limited_outcome(source: str, hot: bool, monkeypatch: pytest.MonkeyPatch,
+                     **limits: int) -> Any:
+    """The output, or where the limit's error falls, with everything generated (``hot``)
+    or with closures only."""
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
     monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
-    env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
+    env = mj.chat_environment(limits=mj.Limits(**limits))
     try:
         return env.from_string(source).render(**DATA)
     except mj.LimitExceededError as exc:
-        return ("refused", exc.lineno)
+        return ("refused", exc.lineno, exc.column)
 
 
 @pytest.mark.parametrize("source", [
@@ -577,10 +579,10 @@ def test_limit_errors_fall_where_the_closures_raise_them(
     count, and the limit's error falls on the same line, as on the closures' path."""
     outcomes = set()
     for max_steps in range(20, 900, 3):
-        generated = _limited_outcome(source, max_steps, True, monkeypatch)
-        assert generated == _limited_outcome(source, max_steps, False, monkeypatch), max_steps
+        generated = _limited_outcome(source, True, monkeypatch, max_steps=max_steps)
+        assert generated == _limited_outcome(source, False, monkeypatch, max_steps=max_steps)
         outcomes.add(generated if isinstance(generated, tuple) else "whole")
-    assert "whole" in outcomes and len(outcomes) > 2  # refused on more than one line
+    assert "whole" in outcomes and len(outcomes) > 2  # refused at more than one place
 
 
 @pytest.mark.parametrize("source", [
@@ -594,19 +596,9 @@ def test_output_limit_errors_fall_where_the_closures_raise_them(
     limit, the render gives the same output, or the limit's error at the same place, with
     generated code as with the closures."""
     whole = mj.chat_environment().from_string(source).render(**DATA)
-
-    def outcome(max_output: int, hot: bool) -> Any:
-        monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
-        monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
-        env = mj.chat_environment(limits=mj.Limits(max_output_size=max_output))
-        try:
-            return env.from_string(source).render(**DATA)
-        except mj.LimitExceededError as exc:
-            return ("refused", exc.lineno, exc.column)
-
     outcomes = set()
-    for max_output in range(len(whole) + 2):
-        generated = outcome(max_output, True)
-        assert generated == outcome(max_output, False), max_output
+    for size in range(len(whole) + 2):
+        generated = _limited_outcome(source, True, monkeypatch, max_output_size=size)
+        assert generated == _limited_outcome(source, False, monkeypatch, max_output_size=size)
         outcomes.add(generated if isinstance(generated, tuple) else "whole")
     assert "whole" in outcomes and len(outcomes) > 1
