@@ -33,6 +33,7 @@ import marshal
 import os
 import stat
 import sys
+from operator import attrgetter
 
 from . import nodes as n
 from .checksum import sha256
@@ -100,12 +101,33 @@ def size_cap(source_length: int) -> int:
 
 
 # ---- AST <-> tuples -------------------------------------------------------------------------
+def _fields_reader(fields: "Tuple[str, ...]") -> "Callable[[Any], Tuple[Any, ...]]":
+    """A node's fields as a tuple, read in C (an attrgetter gives one name's value bare)."""
+    if len(fields) >= 2:
+        return attrgetter(*fields)
+    if fields:
+        get = attrgetter(fields[0])
+        return lambda node: (get(node),)
+    return lambda node: ()
+
+
+#: exact node class -> (its index, its fields reader): a store of a big template's AST is
+#: on its first render's path (about a node per three characters of source)
+_NODE_ENCODING = {cls: (index, _fields_reader(cls.fields)) for cls, index in _NODE_INDEX.items()}
+_LEAVES = frozenset({str, int, bool, float, type(None)})
+
+
 def _encode(value: "Any") -> "Any":
     """Nodes -> (class index, lineno, column, *fields); tuples -> (-1, *items)."""
-    index = _NODE_INDEX.get(type(value))
-    if index is not None:  # the common case first: one lookup for the exact node classes
-        return (index, value.lineno, value.column,
-                *[_encode(getattr(value, field)) for field in value.fields])
+    kind = type(value)
+    encoding = _NODE_ENCODING.get(kind)
+    if encoding is not None:  # the common cases first: the exact node classes, leaves, lists
+        index, fields_of = encoding
+        return (index, value.lineno, value.column, *map(_encode, fields_of(value)))
+    if kind in _LEAVES:
+        return value
+    if kind is list:
+        return list(map(_encode, value))
     if isinstance(value, n.Node):
         return (_NODE_INDEX[type(value)], value.lineno, value.column,
                 *[_encode(getattr(value, field)) for field in value.fields])
