@@ -943,8 +943,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             _statement(w, statement, depth)
         return
     if kind == "text":
-        w.line(depth, f"append({w.ref(spec[1])})")
-        w.line(depth, f"ctx.output_size += {len(spec[1])}")
+        _text_output(w, depth, spec[1])
         return
     if kind == "break":
         w.signal(depth, "'break'")
@@ -1175,21 +1174,20 @@ def _print_parts(w: _Writer, spec: tuple, depth: int) -> None:
             index += 2 if after else 1
             continue
         if before:
-            _statement(w, _Text(before), depth)
+            _text_output(w, depth, before)
             before = ""
         _statement(w, part, depth)
         index += 1
     if before:
-        _statement(w, _Text(before), depth)
+        _text_output(w, depth, before)
     w.line(depth, "if ctx.output_size > max_output:")
     w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
 
 
-class _Text:
-    """Text printed as it is, as a statement (the compiler's text statements' spec)."""
-
-    def __init__(self, text: str) -> None:
-        self.spec = ("text", text)
+def _text_output(w: _Writer, depth: int, text: str) -> None:
+    """Text printed as it is."""
+    w.line(depth, f"append({w.ref(text)})")
+    w.line(depth, f"ctx.output_size += {len(text)}")
 
 
 def _rebound_names(closure: Any) -> FrozenSet[str]:

@@ -15,7 +15,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .provenance import ProvenanceResult
 
-from sys import getrecursionlimit as _getrecursionlimit
 from time import monotonic as _monotonic
 
 from . import deadline as _deadline
@@ -31,8 +30,6 @@ from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespac
 from .sandbox import Sandbox
 
 _CACHE_SIZE = 400
-_DEFAULT_RECURSION = Limits().max_recursion
-_DEFAULT_NESTING = Limits().max_nesting
 #: Jinja2's extensions this engine has (by Jinja2's import path or short name).
 _EXTENSIONS = {"jinja2.ext.do": "do", "do": "do", "jinja2.ext.loopcontrols": "loopcontrols",
                "loopcontrols": "loopcontrols"}
@@ -324,20 +321,12 @@ class Template:
         if blocks and "self" not in variables:  # `self.name()` renders a block again
             variables["self"] = TemplateReference(blocks, root)
         limits = env.limits
-        if limits.max_recursion > _DEFAULT_RECURSION or limits.max_nesting > _DEFAULT_NESTING \
-                or _getrecursionlimit() < 1000:  # (the defaults fit Python's default limit)
-            _limits.ensure_recursion_headroom(limits)
-        # _limits.activate(ctx) and _deadline.watch(ctx), written out: every render does both
-        in_progress = _limits._here
-        limits_token = in_progress.work
-        in_progress.work = ctx  # the sandbox too: see sandbox.current_sandbox
+        _limits.ensure_recursion_headroom(limits)
+        limits_token = _limits.activate(ctx)  # the sandbox too: see sandbox.current_sandbox
         max_seconds = limits.max_seconds
-        if max_seconds is not None:
+        if max_seconds is not None:  # Limits.deadline(), written out: every render asks
             ctx.deadline = _monotonic() + max_seconds
-            if _deadline._running and max_seconds >= _deadline.TICK:
-                _deadline._active[id(ctx)] = ctx
-            else:
-                _deadline.watch(ctx, max_seconds)
+            _deadline.watch(ctx, max_seconds)
         try:
             root_code(root, out)
             ctx.check_output()
@@ -351,8 +340,8 @@ class Template:
             raise err from exc
         finally:
             if ctx.deadline is not None:
-                _deadline._active.pop(id(ctx), None)
-            in_progress.work = limits_token
+                _deadline.unwatch(ctx)
+            _limits.deactivate(limits_token)
         return text, (ctx.spans or [])
 
     def literal_strings(self) -> frozenset:

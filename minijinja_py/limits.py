@@ -306,7 +306,10 @@ def ensure_recursion_headroom(limits: Limits) -> None:
     deeper must be stopped by its own limit, never by a RecursionError first, so the
     interpreter's limit is raised (never lowered) to match.
     """
-    needed = (1000 + 12 * max(0, limits.max_recursion - DEFAULT_LIMITS.max_recursion)
-              + 10 * max(0, limits.max_nesting - DEFAULT_LIMITS.max_nesting))
+    extra_recursion = limits.max_recursion - DEFAULT_LIMITS.max_recursion
+    extra_nesting = limits.max_nesting - DEFAULT_LIMITS.max_nesting
+    # (every render asks: the defaults, and anything below them, need 1,000 at most)
+    needed = 1000 if extra_recursion <= 0 and extra_nesting <= 0 else (
+        1000 + 12 * max(0, extra_recursion) + 10 * max(0, extra_nesting))
     if needed > sys.getrecursionlimit():
         sys.setrecursionlimit(needed)
