@@ -393,19 +393,24 @@ class _Writer:
             return [placeholder.sub(resolved, line) if "\x00" in line else line
                     for line in self.lines]
 
-        if not early or 2 * len(self.lines) + _LOOP_HEADER_LINES > MAX_LINES:
+        if not early or 2 * len(self.lines) + _LOOP_HEADER_LINES + 8 > MAX_LINES:
             # no key read twice, or a body too long to write twice: one copy, each read of
             # a key read early checking that it was there
             self.lines = [f"{depth}{name} = {obj}.get({k}, _M) if {is_dict} else _M"
                           for (obj, k), (name, is_dict) in early.items()] + resolve(False)
             return
-        checks = []
-        for (obj, k), (_, is_dict) in early.items():
-            if is_dict not in checks:
-                checks.append(is_dict)
-            checks.append(f"{k} in {obj}")
-        fast = [f"{depth}if {' and '.join(checks)}:"]
-        fast += [f"{depth}    {name} = {obj}[{k}]" for (obj, k), (name, _) in early.items()]
+        is_dicts: List[str] = []
+        for _, is_dict in early.values():
+            if is_dict not in is_dicts:
+                is_dicts.append(is_dict)
+        # each key looked up once: an exact dict's item read with a str key fails only
+        # with KeyError (a `key in obj` test before each read would look it up twice)
+        fast = [f"{depth}if {' and '.join(is_dicts)}:", f"{depth}    try:"]
+        fast += [f"{depth}        {name} = {obj}[{k}]" for (obj, k), (name, _) in early.items()]
+        fast += [f"{depth}    except KeyError:", f"{depth}        _all_read = False",
+                 f"{depth}    else:", f"{depth}        _all_read = True",
+                 f"{depth}else:", f"{depth}    _all_read = False",
+                 f"{depth}if _all_read:"]
         fast += ["    " + line for line in _aliased(resolve(True))]
         fast += [f"{depth}else:"]
         fast += [f"{depth}    {name} = {obj}.get({k}, _M) if {is_dict} else _M"
@@ -1234,11 +1239,59 @@ def _describe(obj: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _without_needless_pass(lines: List[str]) -> List[str]:
+    """``lines`` without the ``pass`` that opens a block the writer then filled (each costs
+    an instruction every time it runs)."""
+    kept = []
+    for index, line in enumerate(lines):
+        if line.strip() == "pass":
+            following = next((later for later in lines[index + 1:]
+                              if later.strip() and not later.lstrip().startswith("#")), "")
+            if _indentation(following) == _indentation(line):
+                continue
+        kept.append(line)
+    return kept
+
+
+def _indentation(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+#: Builtins generated code calls, made locals of the generated function (parameters with
+#: these defaults): a local is cheaper to read than a global, on every iteration.
+_LOCAL_BUILTINS = ("type", "len", "str", "dict", "isinstance")
+
+
+def _with_local_globals(w: _Writer, lines: List[str]) -> List[str]:
+    """``lines`` (a function) with the builtins and the names of ``w.names`` it uses added to
+    its parameters, their values as defaults. Positional defaults: filling them costs a copy
+    per call (keyword-only ones are looked up in a dict each)."""
+    import tokenize
+
+    header, body = lines[0], lines[1:]
+    used = {token.string for token in _tokens(body) if token.type == tokenize.NAME}
+    local = [name for name in _LOCAL_BUILTINS if name in used]
+    local += [name for name in w.names if name in used]
+    if not local:
+        return lines
+    opening = header[:-len("):")] + ","
+    continuation = " " * (header.index("(") + 1)
+    parameters = [f"{name}={name}" for name in local]
+    wrapped = [opening]
+    for parameter in parameters:
+        if len(wrapped[-1]) + len(parameter) + 2 > 100 and wrapped[-1] != continuation:
+            wrapped.append(continuation)
+        wrapped[-1] += ("" if wrapped[-1] == continuation else " ") + parameter + ","
+    wrapped[-1] = wrapped[-1][:-1] + "):"
+    return wrapped + body
+
+
 def _compiled(w: _Writer, name: str) -> Any:
-    code_lines = [line for line in w.lines if not line.lstrip().startswith("#")]
+    lines = _without_needless_pass(w.lines)
+    code_lines = [line for line in lines if not line.lstrip().startswith("#")]
     if len(code_lines) > MAX_LINES:
         return None
-    source = "\n".join(w.lines)
+    source = "\n".join(_with_local_globals(w, lines))
     if w.comments:
         import sys
 
@@ -1350,7 +1403,13 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
             w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)
     if w.loop_refund:
-        w.line(2, "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
+        # a body ending with a statement's output check (which raises) leaves only the
+        # steps to check
+        output_checked = len(lines) >= 2 and \
+            lines[-2] == "        if ctx.output_size > max_output:" and \
+            lines[-1].startswith("            _overflow(ctx, ")
+        w.line(2, "if ctx.steps > ctx.max_steps:" if output_checked else
+               "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
         w.line(3, "return remaining")
     w.line(1, "return None")
     return _compiled(w, "generated_loop")

@@ -831,6 +831,10 @@ def _c_json_dumps(value: Any, ensure_ascii: bool, sort_keys: bool,
     straight away; json.dumps where there is none. ``check_circular=False`` (for data just
     walked as a tree, which has no cycle) skips json's circular reference check, which records
     every container in a dict: a third of the encoder's time on tool schemas."""
+    if not check_circular:
+        encoder = _TREE_ENCODERS.get((ensure_ascii, sort_keys))
+        if encoder is not None:
+            return "".join(encoder(value, 0))
     import json
     from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii
 
@@ -840,7 +844,15 @@ def _c_json_dumps(value: Any, ensure_ascii: bool, sort_keys: bool,
     encoder = c_make_encoder({} if check_circular else None, _json_default,
                              encode_basestring_ascii if ensure_ascii else encode_basestring,
                              None, ": ", ", ", sort_keys, False, True)
+    if not check_circular:
+        _TREE_ENCODERS[(ensure_ascii, sort_keys)] = encoder
     return "".join(encoder(value, 0))
+
+
+# C encoders without a circular check, by (ensure_ascii, sort_keys): such an encoder keeps no
+# state between calls (the check's record of open containers is its only state), so one is
+# made once and reused
+_TREE_ENCODERS: Dict[Tuple[bool, bool], Any] = {}
 
 
 def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,

@@ -403,7 +403,7 @@ def test_the_generated_code_can_be_shown(monkeypatch: pytest.MonkeyPatch,
     source = "{% for m in messages %}\n{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
     shown = mj.chat_environment().from_string(source).render(**DATA)
     printed = capsys.readouterr().err
-    assert "def generated_loop(scope, out, items, loop):" in printed
+    assert "def generated_loop(scope, out, items, loop," in printed
     assert "# if, line 2" in printed and "# output, line 2" in printed
     assert "If node, line 2" in printed
     monkeypatch.delenv("MINIJINJA_PY_SHOW_CODE")
@@ -523,13 +523,14 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
     two_copies = made[-1].source
-    assert "if _d0 and 'n' in _o0 and 'role' in _o0:" in two_copies
+    assert "_r0 = _o0['n']" in two_copies and "except KeyError:" in two_copies
+    assert "if _all_read:" in two_copies
     assert "_r0 = _o0.get('n', _M) if _d0 else _M" in two_copies
     lines = len([line for line in two_copies.splitlines() if line.strip()])
     monkeypatch.setattr(codegen, "MAX_LINES", lines - 5)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
     one_copy = made[-1].source
-    assert "if _d0 and" not in one_copy and "_r0 = _o0.get('n', _M)" in one_copy
+    assert "_all_read" not in one_copy and "_r0 = _o0.get('n', _M)" in one_copy
 
 
 @pytest.mark.parametrize("hot", [False, True])
