@@ -776,11 +776,12 @@ _EQUATABLE = frozenset({int, float, bool, type(None)})
 def _probe_name(w: _Writer, name: str) -> Tuple[str, str]:
     """(value, found): how generated code reads ``name`` from this scope and its parent, the
     value once ``found`` (a condition) holds; a miss goes on to the rest of the chain."""
-    if w.in_loop and ((w.hoisting and not w.rebound) or
-                      (w.binds is not None and name not in w.binds)):
-        # a loop body that binds nothing (or not this name): what the two scopes hold for
-        # the name cannot change while the loop runs (nothing else runs in them meanwhile),
-        # so they are probed once, before it; a miss still walks on at each use
+    if (w.in_loop and w.hoisting and not w.rebound) or \
+            (w.binds is not None and name not in w.binds):
+        # a loop body that binds nothing, or a body that does not bind this name: what the
+        # two scopes hold for the name cannot change while it runs (nothing else runs in
+        # them meanwhile), so they are probed once, before it; a miss still walks on at
+        # each use
         found = w.invariant.get(name)
         if found is None:
             found = w.invariant[name] = f"_n{len(w.invariant)}"
@@ -1422,18 +1423,27 @@ def _mentions(code: str, name: str) -> bool:
     return re.search(rf"\b{name}\b", code) is not None
 
 
-def generate(body: Callable[..., Any]) -> Callable[..., Any]:
+def generate(body: Callable[..., Any], binds: Optional[FrozenSet[str]] = None
+             ) -> Callable[..., Any]:
     """A Python function doing what the statement closure ``body`` does; ``body`` itself when
-    it has nothing to inline or would be too big."""
+    it has nothing to inline or would be too big. ``binds``, when given, are the names its
+    frame binds (the compiler's stores): the others are read from the scopes once, as it
+    starts, and its locals among them once too."""
     spec = getattr(body, "spec", None)
     if spec is None:
         return body
     w = _Writer()
-    w.hoisting = not _rebound_names(body)
+    if binds is None:
+        w.hoisting = not _rebound_names(body)
+    else:
+        w.hoisting, w.rebound, w.binds = True, binds, binds
     _statement(w, body, 1)
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                 "    append = out.append", "    max_output = ctx.max_output"]
+    prologue += [f"    {variable} = vars.get({name!r}, _M)\n"
+                 f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M "
+                 f"else {variable}" for name, variable in w.invariant.items()]
     body_text = "\n".join(w.lines)
     if _mentions(body_text, "_pending"):
         prologue.append("    _pending = 0")

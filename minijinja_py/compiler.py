@@ -54,10 +54,10 @@ HOT_CALLS = 16
 
 
 # codegen.py (and compile()) only once something is hot: a cold start never imports it
-def generate_body(body: Any) -> Any:
+def generate_body(body: Any, binds: Any = None) -> Any:
     from .codegen import generate
 
-    return generate(body)
+    return generate(body, binds)
 
 
 def generate_loop(*args: Any) -> Any:
@@ -324,6 +324,7 @@ class Compiler:
             return body
         hot_after = HOT_CALLS
         state: List[Any] = [0, None]  # runs so far, the generated function
+        binds = self.frame_stores  # (every caller has just compiled the frame of ``body``)
 
         def run_hot(scope: Scope, out: list) -> Any:
             generated = state[1]
@@ -331,7 +332,7 @@ class Compiler:
                 return generated(scope, out)
             state[0] += 1
             if state[0] >= hot_after:
-                state[1] = generated = generate_body(body)
+                state[1] = generated = generate_body(body, binds)
                 return generated(scope, out)
             return body(scope, out)
 

@@ -271,6 +271,16 @@ CASES = [
     "{% call f(2) %}x{% endcall %}",
     "{% for m in messages %}{% set seen = 1 %}{{ custom is defined }}{{ seen is defined }}"
     "{% endfor %}{{ seen is defined }}{% set custom = none %}{{ custom is defined }}",
+    # names a generated body (the template's, a macro's, a with block's) does not bind are
+    # read from the scopes once, as it starts; those it binds anywhere, where they are used
+    "{{ bos_token }}{{ offset }}{% if messages %}{% set bos_token = 'B' %}{% endif %}"
+    "{{ bos_token }}{{ offset }}{% macro m(x) %}{{ bos_token }}{{ zero }}{{ x }}"
+    "{% if x %}{% set bos_token = x %}{% endif %}{{ bos_token }}{% endmacro %}{{ m('y') }}"
+    "{{ m('') }}{{ m(bos_token) }}",
+    "{{ f is defined }}{% macro f() %}{{ g is defined }}{% endmacro %}{{ f() }}"
+    "{% macro g() %}{{ f() }}{% endmacro %}{{ g() }}{% with a = bos_token %}{{ a }}"
+    "{{ bos_token }}{% set bos_token = 'w' %}{{ bos_token }}{{ zero }}{% endwith %}"
+    "{{ bos_token }}{% for i in [1] %}{% set zero = i %}{% endfor %}{{ zero }}",
 ]
 
 
