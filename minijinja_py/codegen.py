@@ -258,6 +258,9 @@ class _Writer:
         # charge and flush_charges); None elsewhere (each charge is then a call)
         self.deferred: Optional[List[Tuple[str, str]]] = None
         self.deferred_from = 0  # the statement's first line
+        # Names a `set` of this body stored, as the code written so far leaves them: name ->
+        # the local holding the value stored (reads of the name use it; see _statement)
+        self.forwarded: Dict[str, str] = {}
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -452,6 +455,10 @@ def _expr(w: _Writer, closure: Any) -> str:
     kind = spec[0]
     if kind == "const":
         return w.ref(spec[1]) if not isinstance(spec[1], (bool, type(None))) else repr(spec[1])
+    if kind == "local" or kind == "name":
+        forwarded = w.forwarded.get(spec[1])
+        if forwarded is not None:
+            return forwarded
     if kind == "local":
         return w.local(spec[1])[0]
     if kind == "name":
@@ -776,6 +783,9 @@ _EQUATABLE = frozenset({int, float, bool, type(None)})
 def _probe_name(w: _Writer, name: str) -> Tuple[str, str]:
     """(value, found): how generated code reads ``name`` from this scope and its parent, the
     value once ``found`` (a condition) holds; a miss goes on to the rest of the chain."""
+    forwarded = w.forwarded.get(name)
+    if forwarded is not None:
+        return forwarded, "True"
     if (w.in_loop and w.hoisting and not w.rebound) or \
             (w.binds is not None and name not in w.binds):
         # a loop body that binds nothing, or a body that does not bind this name: what the
@@ -1004,10 +1014,16 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.mark(depth, f"set {name}", node)
         w.defer_charges()
         w.line(depth, "try:")
-        w.line(depth + 1, f"vars[{name!r}] = {_expr(w, value)}")
+        expression = _expr(w, value)  # (before the name is forwarded: `set x = x + 1`)
+        stored = w.temporary()
+        w.line(depth + 1, f"vars[{name!r}] = {stored} = {expression}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         w.flush_charges(depth)
+        # until something may bind the name again, it holds what was stored: read from the
+        # local (only statements of this body bind names of its scope; what its expressions
+        # call runs in scopes of its own)
+        w.forwarded[name] = stored
         return
     if kind == "define":  # a macro: made for this scope (cannot fail)
         _, name, make, node = spec
@@ -1016,6 +1032,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.names["_Macro"], w.names["_partial"] = Macro, partial
         w.line(depth, f"vars[{name!r}] = _Macro({w.ref(signature)}, _partial({w.ref(invoke)}, "
                       "scope))")
+        w.forwarded.pop(name, None)
         return
     if kind == "set_namespace":
         # `set ns.flag = value`: the value, then the name's namespace; one of the engine's
@@ -1050,8 +1067,13 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         # `role in ('tool', 'ipython')` otherwise); whichever branch runs, or none, charges
         # what the conditions evaluated so far left pending before anything else
         pending = False
+        # every condition and branch starts from the names stored before the `if`; after
+        # it, a name stays forwarded when every way through left it so
+        before = dict(w.forwarded)
+        ends = []
         for index, (test, body, test_node) in enumerate(branches):
             keyword = "if" if index == 0 else "elif"
+            w.forwarded = dict(before)
             w.defer_charges()
             w.line(depth + 1, f"{keyword} {_condition(w, test, test_node)}:")
             w.line(depth + 2, "pass")
@@ -1060,6 +1082,8 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             elif pending:
                 w.charge_pending(depth + 2)
             _statement(w, body, depth + 2)
+            ends.append(w.forwarded)
+        w.forwarded = dict(before)
         if else_ is not None or pending:
             w.line(depth + 1, "else:")
             w.line(depth + 2, "pass")
@@ -1067,11 +1091,15 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
                 w.charge_pending(depth + 2)
             if else_ is not None:
                 _statement(w, else_, depth + 2)
+        ends.append(w.forwarded)
+        w.forwarded = {name: stored for name, stored in before.items()
+                       if all(end.get(name) == stored for end in ends)}
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
         return
     signal = w.temporary()
     w.line(depth, f"{signal} = {w.ref(closure)}(scope, out)")
+    w.forwarded.clear()  # (the statement may bind names: an import, a set of two names)
     w.line(depth, f"if {signal} is not None:")
     w.signal(depth + 1, signal)
 

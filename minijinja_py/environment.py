@@ -165,6 +165,31 @@ class Environment:
         """Apply the test called ``name`` (as ``value is name(*args, **kwargs)``)."""
         return self._call_table("test", self.tests, name, value, args, kwargs)
 
+    def test_caller(self, name: str, args: tuple = (),
+                    kwargs: Optional[Mapping[str, Any]] = None) -> Callable[[Any], Any]:
+        """``lambda value: self.call_test(name, value, args, kwargs)``, with what does not
+        depend on the value (the lookup, the charge for the arguments) worked out once:
+        ``select``/``selectattr`` call one test per item."""
+        function = self.tests.get(name)
+        if function is None or type(self).call_test is not Environment.call_test:
+            return lambda value: self.call_test(name, value, args, kwargs)
+        fixed_cost = CALL_STEPS // 3 + sum(map(size_cost, args))
+        keywords = dict(kwargs or {})
+        takes_environment = wants_environment(function)
+        charge = _limits.charge
+
+        def call_test(value: Any) -> Any:
+            charge(fixed_cost)
+            if takes_environment:
+                result = function(self, value, *args, **keywords)
+            else:
+                result = function(value, *args, **keywords)
+            if result is not value:
+                charge(size_cost(result))
+            return result
+
+        return call_test
+
     def _call_table(self, kind: str, table: Dict[str, Any], name: str, value: Any,
                     args: tuple, kwargs: Optional[Mapping[str, Any]]) -> Any:
         function = table.get(name)

@@ -281,6 +281,17 @@ CASES = [
     "{% macro g() %}{{ f() }}{% endmacro %}{{ g() }}{% with a = bos_token %}{{ a }}"
     "{{ bos_token }}{% set bos_token = 'w' %}{{ bos_token }}{{ zero }}{% endwith %}"
     "{{ bos_token }}{% for i in [1] %}{% set zero = i %}{% endfor %}{{ zero }}",
+    # a name a `set` stored is read from its local until something may bind it again: a
+    # branch (the names every way through left alone stay), a macro definition, a set of
+    # several names, an import; an `elif` condition sees the names as they were before
+    "{% set x = bos_token ~ '!' %}{{ x }}{% set x = x ~ x %}{{ x }}{% set y = 1 %}"
+    "{% if messages %}{% set x = 2 %}{% elif x %}{{ x }}{% endif %}{{ x }}{{ y }}"
+    "{% if zero %}{% set y = 3 %}{% else %}{% set y = 4 %}{% endif %}{{ y }}"
+    "{% if zero %}{% set y = 5 %}{% endif %}{{ y }}{% macro x() %}m{% endmacro %}{{ x() }}"
+    "{% set a = 0 %}{{ a }}{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set a = b + 1 %}{{ a }}",
+    "{% for m in messages %}{% set r = m.role %}{% if r == 'user' %}{% set r = 'U' %}"
+    "{% elif r == 'system' %}{% set r = r ~ r %}{% continue %}{% endif %}{{ r }}"
+    "{% set n = loop.index %}{% if n > 2 %}{% break %}{% endif %}{{ n }}{% endfor %}",
 ]
 
 
