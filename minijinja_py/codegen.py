@@ -1286,21 +1286,24 @@ def _indentation(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
-#: Builtins generated code calls, made locals of the generated function (parameters with
-#: these defaults): a local is cheaper to read than a global, on every iteration.
+#: The names generated code reads on its fast paths (builtins, constants of the type tests),
+#: made locals of the generated function, as parameters with these defaults: a local is
+#: cheaper to read than a global on every iteration. Each costs a copy per call, so the
+#: names of closures and nodes (``_k0``...: slow paths, errors) stay globals.
 _LOCAL_BUILTINS = ("type", "len", "str", "dict", "isinstance")
+_LOCAL_HELPERS = ("_M", "_Undefined", "_EQUATABLE", "_ORDERABLE", "_SIZED", "_NAMESPACE_TYPES")
 
 
 def _with_local_globals(w: _Writer, lines: List[str]) -> List[str]:
-    """``lines`` (a function) with the builtins and the names of ``w.names`` it uses added to
-    its parameters, their values as defaults. Positional defaults: filling them costs a copy
+    """``lines`` (a function) with the fast paths' builtins and helpers it uses added to its
+    parameters, their values as defaults. Positional defaults: filling them costs a copy
     per call (keyword-only ones are looked up in a dict each)."""
     import tokenize
 
     header, body = lines[0], lines[1:]
     used = {token.string for token in _tokens(body) if token.type == tokenize.NAME}
     local = [name for name in _LOCAL_BUILTINS if name in used]
-    local += [name for name in w.names if name in used]
+    local += [name for name in _LOCAL_HELPERS if name in used and name in w.names]
     if not local:
         return lines
     opening = header[:-len("):")] + ","
