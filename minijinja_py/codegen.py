@@ -166,6 +166,7 @@ def _bound(scope: Any, name: str, value: Any) -> Any:
 
 
 _TEMPORARY = re.compile(r"_t[0-9]+")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EARLY_READ = re.compile(r"_r[0-9]+")
 
 
@@ -259,8 +260,11 @@ class _Writer:
         self.deferred: Optional[List[Tuple[str, str]]] = None
         self.deferred_from = 0  # the statement's first line
         # Names a `set` of this body stored, as the code written so far leaves them: name ->
-        # the local holding the value stored (reads of the name use it; see _statement)
+        # the local holding the value stored (reads of the name use it; see _statement).
+        # One local per name (``_v0``...), whichever `set` stores it: after an `if` whose
+        # every way through stored the name, it is still in that local.
         self.forwarded: Dict[str, str] = {}
+        self.stored_locals: Dict[str, str] = {}
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -1015,7 +1019,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.defer_charges()
         w.line(depth, "try:")
         expression = _expr(w, value)  # (before the name is forwarded: `set x = x + 1`)
-        stored = w.temporary()
+        stored = w.stored_locals.setdefault(name, f"_v{len(w.stored_locals)}")
         w.line(depth + 1, f"vars[{name!r}] = {stored} = {expression}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
@@ -1068,7 +1072,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         # what the conditions evaluated so far left pending before anything else
         pending = False
         # every condition and branch starts from the names stored before the `if`; after
-        # it, a name stays forwarded when every way through left it so
+        # it, a name is forwarded when every way through left it so (in its one local)
         before = dict(w.forwarded)
         ends = []
         for index, (test, body, test_node) in enumerate(branches):
@@ -1092,7 +1096,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             if else_ is not None:
                 _statement(w, else_, depth + 2)
         ends.append(w.forwarded)
-        w.forwarded = {name: stored for name, stored in before.items()
+        w.forwarded = {name: stored for name, stored in ends[0].items()
                        if all(end.get(name) == stored for end in ends)}
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
@@ -1297,11 +1301,10 @@ _LOCAL_HELPERS = ("_M", "_Undefined", "_EQUATABLE", "_ORDERABLE", "_SIZED", "_NA
 def _with_local_globals(w: _Writer, lines: List[str]) -> List[str]:
     """``lines`` (a function) with the fast paths' builtins and helpers it uses added to its
     parameters, their values as defaults. Positional defaults: filling them costs a copy
-    per call (keyword-only ones are looked up in a dict each)."""
-    import tokenize
-
+    per call (keyword-only ones are looked up in a dict each). A name found only inside a
+    string literal is made a local too: unused, and no slower to find than tokenizing."""
     header, body = lines[0], lines[1:]
-    used = {token.string for token in _tokens(body) if token.type == tokenize.NAME}
+    used = set(_IDENTIFIER.findall("\n".join(body)))
     local = [name for name in _LOCAL_BUILTINS if name in used]
     local += [name for name in _LOCAL_HELPERS if name in used and name in w.names]
     if not local:

@@ -288,7 +288,10 @@ CASES = [
     "{% if messages %}{% set x = 2 %}{% elif x %}{{ x }}{% endif %}{{ x }}{{ y }}"
     "{% if zero %}{% set y = 3 %}{% else %}{% set y = 4 %}{% endif %}{{ y }}"
     "{% if zero %}{% set y = 5 %}{% endif %}{{ y }}{% macro x() %}m{% endmacro %}{{ x() }}"
-    "{% set a = 0 %}{{ a }}{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set a = b + 1 %}{{ a }}",
+    "{% set a = 0 %}{{ a }}{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set a = b + 1 %}{{ a }}"
+    "{% if zero %}{% set w = 1 %}{% elif bos_token %}{% set w = 2 %}{% else %}{% set w = 3 %}"
+    "{% endif %}{{ w }}{% if zero %}{% set q = 1 %}{% elif zero %}{% set q = 2 %}{% endif %}"
+    "{{ q }}{{ q is defined }}",
     "{% for m in messages %}{% set r = m.role %}{% if r == 'user' %}{% set r = 'U' %}"
     "{% elif r == 'system' %}{% set r = r ~ r %}{% continue %}{% endif %}{{ r }}"
     "{% set n = loop.index %}{% if n > 2 %}{% break %}{% endif %}{{ n }}{% endfor %}",
