@@ -173,6 +173,8 @@ class Environment:
         function = self.tests.get(name)
         if function is None or type(self).call_test is not Environment.call_test:
             return lambda value: self.call_test(name, value, args, kwargs)
+        # charged as _call_table charges a test (kept in step with it: a test has no input
+        # cost, so what depends on the item is the result's size alone)
         fixed_cost = CALL_STEPS // 3 + sum(map(size_cost, args))
         keywords = dict(kwargs or {})
         takes_environment = wants_environment(function)
@@ -198,7 +200,7 @@ class Environment:
 
             raise TemplateRuntimeError(f"No {kind} named {name!r}.")
         # `map('upper')` and `select('in', big)` call filters per item: charged per call,
-        # as the template's own filter calls are (budget.py)
+        # as the template's own filter calls are (budget.py); test_caller charges the same
         input_cost = filter_input_cost(name) if kind == "filter" else None
         _limits.charge(CALL_STEPS // 3 + (input_cost(value) if input_cost is not None else 0)
                        + sum(map(size_cost, args)))

@@ -884,3 +884,39 @@ def test_a_template_without_rare_filters_does_not_load_them() -> None:
     lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True).stdout.splitlines()
     assert lines == ['"a"1 False', "2 True"]
+
+
+@pytest.mark.parametrize("source", [
+    "{{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
+    "{{ messages|rejectattr('role', 'in', ['user', 'system'])|map(attribute='role')|join }}",
+    "{{ [1, 'a', none, 2.5]|select('number')|list }}{{ [[1], 'xy']|reject('sequence')|list }}",
+])
+def test_select_charges_what_call_test_charges(source: str) -> None:
+    """select/selectattr look their test up once (Environment.test_caller) yet charge each
+    item what calling the test through call_test charges: the smallest step budget that lets
+    the template render is the same as for an environment whose call_test runs per item."""
+    import minijinja_py as mj
+
+    class CallingEachTime(mj.Environment):
+        def call_test(self, *args: Any, **kwargs: Any) -> Any:  # (not the shortcut's method)
+            return super().call_test(*args, **kwargs)
+
+    data = {"messages": [{"role": role} for role in ("system", "user", "assistant", "user")]}
+
+    def fewest_steps(environment_class: type) -> int:
+        def fits(steps: int) -> bool:
+            env = environment_class(limits=Limits(max_steps=steps))
+            try:
+                env.from_string(source).render(**data)
+            except LimitExceededError:
+                return False
+            return True
+
+        low, high = 0, 10_000
+        assert fits(high)
+        while low + 1 < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if fits(middle) else (middle, high)
+        return high
+
+    assert fewest_steps(mj.Environment) == fewest_steps(CallingEachTime)
