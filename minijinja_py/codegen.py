@@ -1415,11 +1415,8 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
-               "    max_output = ctx.max_output"] + ["    " + line for line in setup] + [
-               f"    {variable} = vars.get({name!r}, _M)\n"
-               f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M else {variable}"
-               for name, variable in w.invariant.items()] + [
-               "    remaining = iter(items)", f"    for {item} in remaining:"]
+               "    max_output = ctx.max_output"] + ["    " + line for line in setup] + \
+        _invariant_reads(w) + ["    remaining = iter(items)", f"    for {item} in remaining:"]
     for line in prelude:
         w.line(2, line)
     if uses_loop:
@@ -1450,6 +1447,14 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     return _compiled(w, "generated_loop")
 
 
+def _invariant_reads(w: _Writer) -> List[str]:
+    """The function's first lines reading each name probed once (``w.invariant``) from this
+    scope, then its parent: ``_M`` when neither holds it."""
+    return [f"    {variable} = vars.get({name!r}, _M)\n"
+            f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M else {variable}"
+            for name, variable in w.invariant.items()]
+
+
 def _mentions(code: str, name: str) -> bool:
     """Whether generated ``code`` uses the variable ``name`` (``_d0``, not ``_d01``)."""
     import re
@@ -1475,9 +1480,7 @@ def generate(body: Callable[..., Any], binds: Optional[FrozenSet[str]] = None
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                 "    append = out.append", "    max_output = ctx.max_output"]
-    prologue += [f"    {variable} = vars.get({name!r}, _M)\n"
-                 f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M "
-                 f"else {variable}" for name, variable in w.invariant.items()]
+    prologue += _invariant_reads(w)
     body_text = "\n".join(w.lines)
     if _mentions(body_text, "_pending"):
         prologue.append("    _pending = 0")

@@ -743,15 +743,7 @@ def _predicate(env: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
     else:
         read = None
     if args:
-        name, rest = args[0], args[1:]
-        # the Environment works out once what does not depend on the item; any other object
-        # with call_test (a stand-in) is asked per item
-        test_caller = getattr(env, "test_caller", None)
-        if test_caller is not None:
-            check = test_caller(name, rest, kwargs)
-        else:
-            def check(item: Any) -> Any:
-                return env.call_test(name, item, rest, kwargs)
+        check = env.test_caller(args[0], args[1:], kwargs)
     else:
         check = bool
     if read is None:

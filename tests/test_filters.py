@@ -71,6 +71,9 @@ class StandInEnv:
     def call_test(self, name: Any, value: Any, args: Any = (), kwargs: Any = None) -> Any:
         return self._call(self.tests, "test", name, value, args, kwargs)
 
+    def test_caller(self, name: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return lambda value: self.call_test(name, value, args, kwargs)
+
 
 ENV = StandInEnv()
 ENV_AUTO = StandInEnv(autoescape=True)
