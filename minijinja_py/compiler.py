@@ -680,7 +680,9 @@ class Compiler:
         # A loop whose body assigns (or reads names before assigning them), one target name
         # and no `else`: generated too, charging each iteration as it starts, like `run`.
         charging_loop_fits = reuse_scope and simple_name is not None and else_ is None
-        starting_variables = (lambda ctx: fresh_variables(fresh, ctx)) if fresh else None
+        # (the generated loop only reads the dict: the shared one, not a copy)
+        starting_variables = (lambda ctx: starting_undefined(fresh, ctx.undefined)) \
+            if fresh else None
 
         def hot_charging_loop() -> Any:
             if not generated_loop:
@@ -855,7 +857,32 @@ class Compiler:
             return recurse
 
         def for_stmt(scope: Scope, out: list) -> Any:
-            return run(scope, out, iterable(scope), 0)
+            value = iterable(scope)
+            if generated_loop:
+                # `run` written out for a list once its generated loop is made (only
+                # hot_charging_loop fills it for a loop taking this path): the same checks
+                # and charges, fewer calls (an inner loop is entered for every message)
+                looped = generated_loop[0]
+                kind = type(value)
+                if looped is not None and (kind is list or kind is tuple) and \
+                        loop_filter is None:
+                    ctx = scope.ctx
+                    size = len(value)
+                    if size <= ctx.limits.max_collection_size and \
+                            ctx.steps + (size >> 1) <= ctx.max_steps:
+                        if not size:
+                            return None
+                        ctx.steps += size >> 1  # items_of's charge
+                        items = list(value)
+                        loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                                           ctx.undefined) if uses_loop else None
+                        if looped(Scope({}, scope, ctx), out, items, loop) is not None:
+                            try:
+                                ctx.step(0)
+                            except TemplateError as exc:
+                                raise _locate(exc, node) from None
+                        return None
+            return run(scope, out, value, 0)
 
         if not (fast_path and not fresh):
             return for_stmt
@@ -863,7 +890,37 @@ class Compiler:
         def for_simple(scope: Scope, out: list) -> Any:
             """``for_stmt`` and ``run`` in one call, for the common loop (one name, no
             `else`, nothing bound in the body): an inner loop is entered for every message."""
-            items = items_of(scope, iterable(scope))
+            value = iterable(scope)
+            if generated_loop:
+                # items_of and run_simple written out for a list once the generated loop is
+                # made: the same checks and charges, in one (the general path raises)
+                looped = generated_loop[0]
+                kind = type(value)
+                if looped is not None and (kind is list or kind is tuple) and \
+                        loop_filter is None:
+                    ctx = scope.ctx
+                    size = len(value)
+                    charged = (size >> 1) + size * iteration_cost
+                    if size <= ctx.limits.max_collection_size and \
+                            ctx.steps + charged <= ctx.max_steps:
+                        if not size:
+                            return None
+                        ctx.steps += charged
+                        items = list(value)
+                        if uses_loop:
+                            loop = LoopContext(items, 0,
+                                               recurse_in(scope) if recursive else None,
+                                               ctx.undefined)
+                            inner = Scope({"loop": loop}, scope, ctx)
+                        else:
+                            loop = None
+                            inner = Scope({}, scope, ctx)
+                        stopped = looped(inner, out, items, loop)
+                        while stopped is not None:  # as run_simple
+                            stop_over_limit(ctx, stopped)
+                            stopped = looped(inner, out, stopped, loop)
+                        return None
+            items = items_of(scope, value)
             if not items:
                 return None
             ctx = scope.ctx

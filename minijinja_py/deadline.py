@@ -81,6 +81,11 @@ def unwatch(render: Any) -> None:
     _active.pop(id(render), None)
 
 
+#: ``unwatch_id(id(render), None)`` is ``unwatch(render)`` without a Python call (every render
+#: ends with it: Template._render)
+unwatch_id = _active.pop
+
+
 def _watchdog() -> None:
     global _running
     idle_since = monotonic()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .provenance import ProvenanceResult
 
+from sys import getrecursionlimit as _getrecursionlimit
 from time import monotonic as _monotonic
 
 from . import deadline as _deadline
@@ -30,6 +31,12 @@ from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespac
 from .sandbox import Sandbox
 
 _CACHE_SIZE = 400
+# limits.ensure_recursion_headroom is called only when a render may need more than Python's
+# default recursion limit: raised limits, or a limit lowered below the default
+_DEFAULT_RECURSION = _limits.DEFAULT_LIMITS.max_recursion
+_DEFAULT_NESTING = _limits.DEFAULT_LIMITS.max_nesting
+_DEFAULT_RECURSION_LIMIT = 1000
+_unwatch = _deadline.unwatch_id
 #: Jinja2's extensions this engine has (by Jinja2's import path or short name).
 _EXTENSIONS = {"jinja2.ext.do": "do", "do": "do", "jinja2.ext.loopcontrols": "loopcontrols",
                "loopcontrols": "loopcontrols"}
@@ -274,6 +281,9 @@ class Template:
         self.source = source
         self.name = name
         self.ast, (self._root, self._fresh, self._blocks) = environment._compile(source, name)
+        # the root's generated function once it is made (compiler.hot_switching): a render
+        # then calls it directly, not through the switch
+        self._hot_root = getattr(self._root, "hot_state", None)
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         """Render with variables given as a dict and/or keyword arguments."""
@@ -337,26 +347,38 @@ class Template:
     def _render(self, variables: Dict[str, Any], track_spans: bool,
                 compiled: Any = None, context_class: Any = RenderContext
                 ) -> Tuple[str, List[Tuple[int, int]]]:
+        # (every render of every template runs this: the limits' bookkeeping is written out
+        # here rather than called, see limits.activate and deadline.watch)
         env = self.environment
         out: List[str] = []
         ctx = context_class(env, out, track_spans)
-        root_code, fresh, blocks = compiled if compiled is not None else \
-            (self._root, self._fresh, self._blocks)
+        if compiled is None:
+            root_code, fresh, blocks = self._root, self._fresh, self._blocks
+            hot = self._hot_root
+            if hot is not None and hot[1] is not None:
+                root_code = hot[1]
+        else:
+            root_code, fresh, blocks = compiled
         if fresh:
             variables.update(starting_undefined(fresh, env.undefined))
         root = Scope(variables, Scope(env.globals, None, ctx), ctx)
         if blocks and "self" not in variables:  # `self.name()` renders a block again
             variables["self"] = TemplateReference(blocks, root)
         limits = env.limits
-        _limits.ensure_recursion_headroom(limits)
-        limits_token = _limits.activate(ctx)  # the sandbox too: see sandbox.current_sandbox
+        if limits.max_recursion > _DEFAULT_RECURSION or limits.max_nesting > _DEFAULT_NESTING \
+                or _getrecursionlimit() < _DEFAULT_RECURSION_LIMIT:
+            _limits.ensure_recursion_headroom(limits)
+        in_progress = _limits.in_progress
+        limits_token = in_progress.work  # limits.activate(ctx): the sandbox too, see there
+        in_progress.work = ctx
         max_seconds = limits.max_seconds
         if max_seconds is not None:  # Limits.deadline(), written out: every render asks
             ctx.deadline = _monotonic() + max_seconds
             _deadline.watch(ctx, max_seconds)
         try:
             root_code(root, out)
-            ctx.check_output()
+            if ctx.output_size > ctx.max_output:
+                ctx.check_output()  # raises
             text = ctx.join(out)
         except TemplateError as exc:
             exc._attach_source(self.name, self.source)
@@ -367,8 +389,8 @@ class Template:
             raise err from exc
         finally:
             if ctx.deadline is not None:
-                _deadline.unwatch(ctx)
-            _limits.deactivate(limits_token)
+                _unwatch(id(ctx), None)  # deadline.unwatch(ctx)
+            in_progress.work = limits_token  # limits.deactivate
         return text, (ctx.spans or [])
 
     def literal_strings(self) -> frozenset:

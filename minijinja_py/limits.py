@@ -116,6 +116,9 @@ class _InProgress(_thread._local):
 
 
 _here = _InProgress()
+#: The thread's render in progress (``in_progress.work``): :func:`activate` and
+#: :func:`deactivate` are written out on this by Template._render, which every render runs.
+in_progress = _here
 
 
 def current_render() -> Optional[Any]:
