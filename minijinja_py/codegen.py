@@ -165,6 +165,53 @@ def _bound(scope: Any, name: str, value: Any) -> Any:
     return scope
 
 
+#: A loop's prelude lines writing the iteration's variables as it starts (see
+#: generate_charging_loop), left out when _sync_iteration_lazily applies
+_EAGER_ITERATION_LINES = ("vars.clear()", "vars.update(fresh)", "vars['loop'] = loop")
+
+
+def _sync_iteration_lazily(lines: List[str], target: str, item: str,
+                           stored: Dict[str, str], fresh: str) -> List[str]:
+    """A loop body that assigns, made to write the iteration's variables (its starting ones,
+    ``loop``, the target, the names set so far) into its scope only when something reads
+    them: each use of ``scope`` (what the closures it calls receive) and of ``vars`` (a read
+    of a name not forwarded to a local) writes them first, once per iteration (``_synced``);
+    from then on a `set` stores at once too (see _statement's "set"). Most iterations of
+    most loops call no closure: the scope's dict was cleared and filled for nothing.
+    Each name's local (``_v0``...) is ``_M`` as an iteration starts: set in it or not."""
+    import tokenize
+
+    pairs = "".join(f"({name!r}, {local}), " for name, local in stored.items())
+    synced = (f"(_synced or (_synced := _sync_iteration(scope, {fresh}, loop, {target!r}, "
+              f"{item}, ({pairs}))))")
+    replacement = {"scope": f"({synced} and scope)", "vars": f"({synced} and vars)"}
+    edits = []
+    previous = None
+    for token in _tokens(lines):
+        if token.type == tokenize.NAME and token.string in replacement and (
+                previous is None or previous.string != "."):
+            edits.append((token.start, token.end, replacement[token.string]))
+        previous = token
+    return _rewritten(lines, edits)
+
+
+def _sync_iteration(scope: Any, fresh: Any, loop: Any, target: str, item: Any,
+                    stored: Tuple[Tuple[str, Any], ...]) -> bool:
+    """Write an iteration's variables into ``scope`` as a loop that writes them eagerly has
+    them by now (see _sync_iteration_lazily); True."""
+    variables = scope.vars
+    variables.clear()
+    if fresh is not None:
+        variables.update(fresh)
+    if loop is not None:
+        variables["loop"] = loop
+    variables[target] = item
+    for name, value in stored:
+        if value is not MISSING:
+            variables[name] = value
+    return True
+
+
 _TEMPORARY = re.compile(r"_t[0-9]+")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EARLY_READ = re.compile(r"_r[0-9]+")
@@ -265,6 +312,9 @@ class _Writer:
         # every way through stored the name, it is still in that local.
         self.forwarded: Dict[str, str] = {}
         self.stored_locals: Dict[str, str] = {}
+        # In a generated loop whose body assigns: a `set` stores into the iteration's
+        # variables only once they are written (``_synced``, see _sync_iteration_lazily)
+        self.lazy_scope = False
 
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
@@ -1020,9 +1070,15 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.line(depth, "try:")
         expression = _expr(w, value)  # (before the name is forwarded: `set x = x + 1`)
         stored = w.stored_locals.setdefault(name, f"_v{len(w.stored_locals)}")
-        w.line(depth + 1, f"vars[{name!r}] = {stored} = {expression}")
+        if w.lazy_scope:
+            w.line(depth + 1, f"{stored} = {expression}")
+        else:
+            w.line(depth + 1, f"vars[{name!r}] = {stored} = {expression}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
+        if w.lazy_scope:
+            w.line(depth, "if _synced:")
+            w.line(depth + 1, f"_iteration_vars[{name!r}] = {stored}")
         w.flush_charges(depth)
         # until something may bind the name again, it holds what was stored: read from the
         # local (only statements of this body bind names of its scope; what its expressions
@@ -1379,6 +1435,7 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
     w = _Writer()
     w.in_loop = True
     w.binds = binds
+    w.lazy_scope = True
     prelude = [f"ctx.steps += {int(iteration_cost)}",
                "if ctx.steps > ctx.max_steps or ctx.output_size > max_output:",
                "    return True",
@@ -1412,6 +1469,21 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     if lazy:
         lines = _bind_target_lazily(lines, target, item)
         w.names["_bound"] = _bound
+    # a loop whose body assigns writes the iteration's variables only when something reads
+    # them (see _sync_iteration_lazily); when it cannot, they are written as each iteration
+    # starts and every `set` stores at once
+    synced_lazily = w.lazy_scope and all(
+        name == target or (name == "loop" and w.loop_parameter) for name in w.hoisted)
+    if synced_lazily:
+        lines = _sync_iteration_lazily(lines, target, item, w.stored_locals,
+                                       "fresh" if "fresh = _fresh_variables(ctx)" in setup
+                                       else "None")
+        w.names["_sync_iteration"] = _sync_iteration
+        prelude = [line for line in prelude if line not in _EAGER_ITERATION_LINES]
+        prelude.append("_synced = False")
+        prelude += [f"{stored} = _M" for stored in w.stored_locals.values()]
+    if w.lazy_scope:
+        setup = setup + ["_iteration_vars = vars"] + ([] if synced_lazily else ["_synced = True"])
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
@@ -1422,7 +1494,7 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     if uses_loop:
         w.line(2, "loop.index0 += 1")
     body_text = "\n".join(lines)
-    if not lazy:
+    if not lazy and not synced_lazily:
         w.line(2, f"vars[{target!r}] = {item}")
     elif _mentions(body_text, "_b"):
         w.lines.insert(w.lines.index("    remaining = iter(items)"), "    _b = _M")
@@ -1430,7 +1502,7 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         w.lines.insert(w.lines.index("    remaining = iter(items)"), "    _pending = 0")
     for name, (value, is_dict) in w.hoisted.items():
         if name != target:
-            w.line(2, f"{value} = vars[{name!r}]")
+            w.line(2, f"{value} = loop" if synced_lazily else f"{value} = vars[{name!r}]")
         if _mentions(body_text, is_dict):
             w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)

@@ -9,6 +9,7 @@ limits, nesting deeper than Python allows blocks.
 
 from __future__ import annotations
 
+import re
 import sys
 import tokenize
 from pathlib import Path
@@ -129,6 +130,66 @@ def test_closures_in_generated_loops_read_the_current_item(
     expected = reference_jinja2.make_environment().from_string(source).render(ms=ms)
     assert _render(source, ms=ms) == expected
     assert [f.__name__ for f in made if f is not None][:1] == ["generated_loop"]
+
+
+# A loop whose body assigns writes the iteration's variables into its scope only when a
+# closure or a read of a name not held in a local needs them (codegen._sync_iteration_lazily):
+# names set before that, after it (written at once), in some iterations only (undefined in
+# the others), read back after an `if`, by a nested loop, a macro, a `set` block
+_SYNCED_ON_USE = [
+    "{% for m in ms %}{% set x = m.role %}{% for c in m.l %}{{ x ~ c }}{% endfor %};{% endfor %}",
+    ("{% for m in ms %}{% for c in m.l %}{{ c }}{% endfor %}{% set x = m.role %}"
+     "{% for c in m.l %}{{ x }}{% endfor %};{% endfor %}"),
+    ("{% for m in ms %}{% if m.role == 'u' %}{% set x = 'U' %}{% endif %}"
+     "{% for c in m.l %}{{ x }}{% endfor %};{% endfor %}"),
+    ("{% for m in ms %}{% if m.role == 'u' %}{% set x = 'U' + m.role %}{% endif %}"
+     "{{ x }}{{ m.role }};{% endfor %}"),
+    ("{% macro show(v) %}<{{ v }}>{% endmacro %}{% for m in ms %}"
+     "{% set y = m.role ~ loop.index %}{% if loop.index is odd %}{{ show(y) }}{% endif %}"
+     "{{ y }}{% endfor %}"),
+    ("{% for m in ms %}{% set x = m.role %}{% set y %}{{ x }}!{{ m.role }}{% endset %}"
+     "{{ y }}{% set x = x ~ y %}{% for c in m.l %}{{ x }}{% endfor %}{% endfor %}"),
+    # read before it is set in the iteration (the outer value, as Jinja2 reads it), and a
+    # name set first in the body but not in every iteration (then undefined, not the outer)
+    ("{% set x = 'outer' %}{% for m in ms %}{% for c in m.l %}[{{ x }}]{% endfor %}"
+     "{% set x = m.role %}{{ x }}{% endfor %}{{ x }}"),
+    ("{% set x = 'outer' %}{% for m in ms %}{% if m.role == 'u' %}{% set x = 'U' %}{% endif %}"
+     "{% for c in m.l %}[{{ x }}]{% endfor %}{% endfor %}{{ x }}"),
+    ("{% for m in ms %}{% for c in m.l %}[{{ x }}]{% endfor %}{% set x = m.role %}"
+     "{% for c in m.l %}[{{ x }}]{% endfor %}{% endfor %}{{ x }}"),
+    ("{% for m in ms %}{% set x = m.role %}{% set y = loop %}{{ x ~ y.index ~ loop.length }}"
+     "{% for c in m.l %}{{ y.index0 }}{% endfor %}{% endfor %}"),
+    # a `set` block's body runs before its name is stored: undefined there, not the context's
+    "{% for m in ms %}{% set x %}[{{ x }}]{{ m.role }}{% endset %}{{ x }}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("source", _SYNCED_ON_USE)
+def test_closures_in_assigning_loops_read_the_iteration_variables(
+        source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = spy_on(monkeypatch, "generate_charging_loop")
+    ms = [_SHARED, {"role": "u", "l": [3]}, _SHARED, {"role": "u", "l": []},
+          {"role": "a", "l": [4, 5]}, {"role": "u", "l": [6]}]
+    # (`x` of the context: a name the body sets first is undefined to the closures it calls
+    # until set, see symbols.py, unless the template set it outside the loop)
+    expected = reference_jinja2.make_environment().from_string(source).render(ms=ms, x="ctx")
+    assert _render(source, ms=ms, x="ctx") == expected
+    assert any(f is not None and "_sync_iteration(" in f.source for f in made)
+
+
+def test_assigning_loops_write_their_variables_only_for_the_closures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = spy_on(monkeypatch, "generate_charging_loop")
+    template = mj.chat_environment().from_string(
+        "{% for m in messages %}{% set content = m.role + ': ' + m.content %}"
+        "{% if loop.first %}{% set content = '<s>' + content %}{% endif %}{{ content }}"
+        "{% endfor %}")
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert template.render(messages=messages) == "<s>user: aassistant: b"
+    source = made[0].source
+    # nothing cleared or stored as each iteration starts, a `set` stores into a local
+    assert "vars.clear()" not in source and "vars['m'] = " not in source
+    assert "_v0 = _M" in source and not re.search(r"\bvars\['content'\] = ", source)
 
 
 def test_generated_loops_store_their_variable_only_for_the_closures(
