@@ -316,6 +316,17 @@ class _Writer:
         # variables only once they are written (``_synced``, see _sync_iteration_lazily)
         self.lazy_scope = False
 
+    def unsynced_scope(self, name: Optional[str] = None) -> str:
+        """What a call of a closure reading no variable of the iteration passes as its scope:
+        in a loop writing those lazily (see _sync_iteration_lazily), the scope as it is
+        (``_scope``: not written first) for the slow path of a lookup (``name`` None: it
+        uses the scope's ``ctx`` only) and for a read of ``name``, a name the body never
+        binds (the iteration's variables never hold it); else ``scope``."""
+        if self.lazy_scope and (name is None or (self.binds is not None and
+                                                 name not in self.binds)):
+            return "_scope"
+        return "scope"
+
     def signal(self, depth: int, signal: str) -> None:
         """Code for a body returning ``signal`` ('break', 'continue' or a variable)."""
         if not self.in_loop:
@@ -519,7 +530,7 @@ def _expr(w: _Writer, closure: Any) -> str:
         # a name of an enclosing scope: this scope and its parent probed inline (loop
         # bodies read the template's variables there), the closure's walk beyond
         value, found = _probe_name(w, spec[1])
-        return f"({value} if {found} else {w.ref(closure)}(scope))"
+        return f"({value} if {found} else {w.ref(closure)}({w.unsynced_scope(spec[1])}))"
     if kind == "lookup":
         # obj = <operand>; a dict hit is the value, then (for `obj.name`) a namespace holding
         # the name, anything else the closure's slow path
@@ -638,7 +649,8 @@ def _expr(w: _Writer, closure: Any) -> str:
             rest = w.temporary()
             defined = (f"(not isinstance({value}, _Undefined) if {found} else "
                        f"(not isinstance({rest}, _Undefined) if ({rest} := "
-                       f"{w.ref(operand_spec[2])}(scope)) is not _M else False))")
+                       f"{w.ref(operand_spec[2])}({w.unsynced_scope(operand_spec[1])})) "
+                       f"is not _M else False))")
             return defined if (function is is_defined) != negated else f"(not {defined})"
         written = _INLINE_TESTS.get(function)
         if written is None:
@@ -721,7 +733,7 @@ MAX_SUM_OPERANDS = 12
 def _slow_read(w: _Writer, obj: str, k: str, slow: Any) -> str:
     """What a lookup does when ``obj`` is not a dict holding the key: an attribute of one
     of the engine's namespaces is read as compiler._slow_getattr reads it, else ``slow``."""
-    fallback = f"{w.ref(slow)}({obj}, scope)"
+    fallback = f"{w.ref(slow)}({obj}, {w.unsynced_scope()})"
     if not getattr(slow, "namespace_attribute", False):
         return fallback
     w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
@@ -764,8 +776,7 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     evaluated = f"{w.ref(add_evaluated)}(({', '.join(values)},), scope)"
     # measured, checked and charged before the string is built, as add_slowly does
     fixed_length = sum(len(constant) for constant, _ in operands if constant is not MISSING)
-    lengths = " + ".join([str(fixed_length)] + [f"len({values[position]})"
-                                                for position, _ in tests])
+    lengths = _sum_code(fixed_length, [f"len({values[position]})" for position, _ in tests])
     code = (f"({total} if {lengths} < 1000000 and "
             f"(({built} := {built_sum}) < _CHARGED_FROM or "
             f"{w.charge(charge_built, f'{built} >> {CHARS_SHIFT}')}) and "
@@ -1046,7 +1057,7 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
             sizes.append(f"len({value})")
         # counted before the pieces are joined: the limit refuses what would not fit first
         size = w.temporary()
-        w.line(depth + 1, f"{size} = {' + '.join([str(static)] + sizes)}")
+        w.line(depth + 1, f"{size} = {_sum_code(static, sizes)}")
         w.line(depth + 1, f"ctx.output_size += {size}")
         w.line(depth, "except Exception as exc:")
         w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
@@ -1107,10 +1118,12 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
         w.line(depth, "try:")
         w.line(depth + 1, f"{assigned} = {_expr(w, value)}")
         w.flush_charges(depth + 1)  # before the lookup of the namespace charges its steps
-        w.line(depth + 1, f"if type({namespace} := ({namespace} if ({namespace} := "
-                          f"vars.get({name}, _M)) is not _M or ({namespace} := "
-                          f"parent_vars.get({name}, _M)) is not _M else "
-                          f"{w.ref(lookup)}(scope, {name}))) in _NAMESPACE_TYPES and "
+        # (read as a name is: a local when a `set` of this body stored it, once per body when
+        # nothing in it binds the name)
+        found_value, found = _probe_name(w, ns_name)
+        w.line(depth + 1, f"if type({namespace} := ({found_value} if {found} else "
+                          f"{w.ref(lookup)}({w.unsynced_scope(ns_name)}, {name}))) in "
+                          "_NAMESPACE_TYPES and "
                           f"not isinstance({assigned}, tuple):")
         w.line(depth + 2, f"ctx.steps += {SLOW_LOOKUP_STEPS}")
         w.line(depth + 2, f"{namespace}._attrs[{attr!r}] = {assigned}")
@@ -1232,7 +1245,7 @@ def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str
     if keyword == "elif":
         w.line(depth, "else:")
         inner = depth + 1
-    w.line(inner, f"{size} = {' + '.join([str(static)] + sizes)}")
+    w.line(inner, f"{size} = {_sum_code(static, sizes)}")
     w.line(inner, f"ctx.output_size += {size}" + (f" + {around}" if around else ""))
     w.line(inner, f"if {size} > 1000000:")
     if after:  # the sum is checked before the text after it is counted, as by the closures
@@ -1483,7 +1496,8 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         prelude.append("_synced = False")
         prelude += [f"{stored} = _M" for stored in w.stored_locals.values()]
     if w.lazy_scope:
-        setup = setup + ["_iteration_vars = vars"] + ([] if synced_lazily else ["_synced = True"])
+        setup = setup + ["_iteration_vars = vars", "_scope = scope"] + \
+            ([] if synced_lazily else ["_synced = True"])
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
                "    ctx = scope.ctx", "    append = out.append",
@@ -1525,6 +1539,11 @@ def _invariant_reads(w: _Writer) -> List[str]:
     return [f"    {variable} = vars.get({name!r}, _M)\n"
             f"    {variable} = parent_vars.get({name!r}, _M) if {variable} is _M else {variable}"
             for name, variable in w.invariant.items()]
+
+
+def _sum_code(constant: int, terms: List[str]) -> str:
+    """Code adding the int ``constant`` and the ``terms`` (no ``0 +`` when it is 0)."""
+    return " + ".join(([str(constant)] if constant or not terms else []) + terms)
 
 
 def _mentions(code: str, name: str) -> bool:

@@ -159,6 +159,11 @@ _SYNCED_ON_USE = [
      "{% for c in m.l %}[{{ x }}]{% endfor %}{% endfor %}{{ x }}"),
     ("{% for m in ms %}{% set x = m.role %}{% set y = loop %}{{ x ~ y.index ~ loop.length }}"
      "{% for c in m.l %}{{ y.index0 }}{% endfor %}{% endfor %}"),
+    # names of scopes further out (a namespace of the template, read in a macro's loop)
+    ("{% set ns = namespace(n=0, s='') %}{% macro count(items) %}{% for m in items %}"
+     "{% set r = m.role %}{% set ns.n = ns.n + 1 %}{% set ns.s = ns.s ~ r %}{{ r ~ ns.n }}"
+     "{% if ns.missing is defined %}!{% endif %}{% endfor %}{% endmacro %}"
+     "{{ count(ms) }}{{ count(ms[1:3]) }}{{ ns.n ~ ns.s }}"),
     # a `set` block's body runs before its name is stored: undefined there, not the context's
     "{% for m in ms %}{% set x %}[{{ x }}]{{ m.role }}{% endset %}{{ x }}{% endfor %}",
 ]
