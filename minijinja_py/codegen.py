@@ -170,20 +170,18 @@ def _bound(scope: Any, name: str, value: Any) -> Any:
 _EAGER_ITERATION_LINES = ("vars.clear()", "vars.update(fresh)", "vars['loop'] = loop")
 
 
-def _sync_iteration_lazily(lines: List[str], target: str, item: str,
-                           stored: Dict[str, str], fresh: str) -> List[str]:
+def _sync_iteration_lazily(lines: List[str], sync_call: str) -> List[str]:
     """A loop body that assigns, made to write the iteration's variables (its starting ones,
     ``loop``, the target, the names set so far) into its scope only when something reads
     them: each use of ``scope`` (what the closures it calls receive) and of ``vars`` (a read
-    of a name not forwarded to a local) writes them first, once per iteration (``_synced``);
-    from then on a `set` stores at once too (see _statement's "set"). Most iterations of
-    most loops call no closure: the scope's dict was cleared and filled for nothing.
-    Each name's local (``_v0``...) is ``_M`` as an iteration starts: set in it or not."""
+    of a name not forwarded to a local) writes them first, once per iteration (``_synced``;
+    ``sync_call`` writes them, see _sync_function); from then on a `set` stores at once too
+    (see _statement's "set"). Most iterations of most loops call no closure: the scope's
+    dict was cleared and filled for nothing. Each name's local (``_v0``...) is ``_M`` as an
+    iteration starts: set in it or not."""
     import tokenize
 
-    pairs = "".join(f"({name!r}, {local}), " for name, local in stored.items())
-    synced = (f"(_synced or (_synced := _sync_iteration(scope, {fresh}, loop, {target!r}, "
-              f"{item}, ({pairs}))))")
+    synced = f"(_synced or (_synced := {sync_call}))"
     replacement = {"scope": f"({synced} and scope)", "vars": f"({synced} and vars)"}
     edits = []
     previous = None
@@ -195,21 +193,25 @@ def _sync_iteration_lazily(lines: List[str], target: str, item: str,
     return _rewritten(lines, edits)
 
 
-def _sync_iteration(scope: Any, fresh: Any, loop: Any, target: str, item: Any,
-                    stored: Tuple[Tuple[str, Any], ...]) -> bool:
-    """Write an iteration's variables into ``scope`` as a loop that writes them eagerly has
-    them by now (see _sync_iteration_lazily); True."""
-    variables = scope.vars
-    variables.clear()
-    if fresh is not None:
-        variables.update(fresh)
-    if loop is not None:
-        variables["loop"] = loop
-    variables[target] = item
-    for name, value in stored:
-        if value is not MISSING:
-            variables[name] = value
-    return True
+def _sync_function(target: str, stored: Dict[str, str], fresh: bool, uses_loop: bool
+                   ) -> Tuple[str, List[str]]:
+    """(the call, the definition) of ``_sync_locals``, written with the loop: it writes an
+    iteration's variables into its scope as a loop writing them eagerly has them by then
+    (its starting variables, ``loop``, the target, each name set so far: its local is not
+    ``_M``) and returns True. The call's two ``{}`` are the scope's and the item's code."""
+    parameters = ", ".join(["scope", "fresh", "loop", "item"] + list(stored.values()))
+    lines = [f"def _sync_locals({parameters}):", "    vars = scope.vars", "    vars.clear()"]
+    if fresh:
+        lines.append("    vars.update(fresh)")
+    if uses_loop:
+        lines.append("    vars['loop'] = loop")
+    lines.append(f"    vars[{target!r}] = item")
+    for name, local in stored.items():
+        lines += [f"    if {local} is not _M:", f"        vars[{name!r}] = {local}"]
+    lines.append("    return True")
+    arguments = ", ".join(["{}", "fresh" if fresh else "None", "loop", "{}"]
+                          + list(stored.values()))
+    return f"_sync_locals({arguments})", lines
 
 
 _TEMPORARY = re.compile(r"_t[0-9]+")
@@ -1487,11 +1489,11 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     # starts and every `set` stores at once
     synced_lazily = w.lazy_scope and all(
         name == target or (name == "loop" and w.loop_parameter) for name in w.hoisted)
+    sync_lines: List[str] = []
     if synced_lazily:
-        lines = _sync_iteration_lazily(lines, target, item, w.stored_locals,
-                                       "fresh" if "fresh = _fresh_variables(ctx)" in setup
-                                       else "None")
-        w.names["_sync_iteration"] = _sync_iteration
+        sync_call, sync_lines = _sync_function(
+            target, w.stored_locals, "fresh = _fresh_variables(ctx)" in setup, uses_loop)
+        lines = _sync_iteration_lazily(lines, sync_call.format("scope", item))
         prelude = [line for line in prelude if line not in _EAGER_ITERATION_LINES]
         prelude.append("_synced = False")
         prelude += [f"{stored} = _M" for stored in w.stored_locals.values()]
@@ -1530,6 +1532,8 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
                "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
         w.line(3, "return remaining")
     w.line(1, "return None")
+    if sync_lines:
+        w.lines += [""] + sync_lines
     return _compiled(w, "generated_loop")
 
 

@@ -179,7 +179,7 @@ def test_closures_in_assigning_loops_read_the_iteration_variables(
     # until set, see symbols.py, unless the template set it outside the loop)
     expected = reference_jinja2.make_environment().from_string(source).render(ms=ms, x="ctx")
     assert _render(source, ms=ms, x="ctx") == expected
-    assert any(f is not None and "_sync_iteration(" in f.source for f in made)
+    assert any(f is not None and "_sync_locals(" in f.source for f in made)
 
 
 def test_assigning_loops_write_their_variables_only_for_the_closures(
@@ -191,10 +191,13 @@ def test_assigning_loops_write_their_variables_only_for_the_closures(
         "{% endfor %}")
     messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     assert template.render(messages=messages) == "<s>user: aassistant: b"
-    source = made[0].source
-    # nothing cleared or stored as each iteration starts, a `set` stores into a local
-    assert "vars.clear()" not in source and "vars['m'] = " not in source
-    assert "_v0 = _M" in source and not re.search(r"\bvars\['content'\] = ", source)
+    loop_source, _, sync_source = made[0].source.partition("def _sync_locals(")
+    # nothing cleared or stored as each iteration starts, a `set` stores into a local; the
+    # function written with the loop does that when a closure needs it
+    assert "vars.clear()" not in loop_source and "vars['m'] = " not in loop_source
+    assert "_v0 = _M" in loop_source
+    assert not re.search(r"\bvars\['content'\] = ", loop_source)
+    assert "vars.clear()" in sync_source and "vars['content'] = _v0" in sync_source
 
 
 def test_generated_loops_store_their_variable_only_for_the_closures(
