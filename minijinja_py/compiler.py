@@ -856,32 +856,41 @@ class Compiler:
                     ctx.depth -= 1
             return recurse
 
+        def charged_list(scope: Scope, value: Any, per_item: int) -> Optional[List[Any]]:
+            """For a loop whose generated function is made: ``value`` (a list or tuple)
+            copied and charged as items_of charges it, plus ``per_item`` steps an item; None
+            when the general path must decide (another type, a filter, a limit to raise)."""
+            kind = type(value)
+            if (kind is list or kind is tuple) and loop_filter is None:
+                ctx = scope.ctx
+                size = len(value)
+                charged = (size >> 1) + size * per_item
+                if size <= ctx.limits.max_collection_size and \
+                        ctx.steps + charged <= ctx.max_steps:
+                    ctx.steps += charged
+                    return list(value)
+            return None
+
         def for_stmt(scope: Scope, out: list) -> Any:
             value = iterable(scope)
-            if generated_loop:
-                # `run` written out for a list once its generated loop is made (only
-                # hot_charging_loop fills it for a loop taking this path): the same checks
-                # and charges, fewer calls (an inner loop is entered for every message)
-                looped = generated_loop[0]
-                kind = type(value)
-                if looped is not None and (kind is list or kind is tuple) and \
-                        loop_filter is None:
-                    ctx = scope.ctx
-                    size = len(value)
-                    if size <= ctx.limits.max_collection_size and \
-                            ctx.steps + (size >> 1) <= ctx.max_steps:
-                        if not size:
-                            return None
-                        ctx.steps += size >> 1  # items_of's charge
-                        items = list(value)
-                        loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
-                                           ctx.undefined) if uses_loop else None
-                        if looped(Scope({}, scope, ctx), out, items, loop) is not None:
-                            try:
-                                ctx.step(0)
-                            except TemplateError as exc:
-                                raise _locate(exc, node) from None
+            looped = generated_loop[0] if generated_loop else None
+            if looped is not None:
+                # `run` written out once the generated loop is made (only hot_charging_loop
+                # fills it for a loop taking this path): the same checks and charges, fewer
+                # calls (an inner loop is entered for every message)
+                items = charged_list(scope, value, 0)
+                if items is not None:
+                    if not items:
                         return None
+                    ctx = scope.ctx
+                    loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                                       ctx.undefined) if uses_loop else None
+                    if looped(Scope({}, scope, ctx), out, items, loop) is not None:
+                        try:
+                            ctx.step(0)
+                        except TemplateError as exc:
+                            raise _locate(exc, node) from None
+                    return None
             return run(scope, out, value, 0)
 
         if not (fast_path and not fresh):
@@ -891,35 +900,27 @@ class Compiler:
             """``for_stmt`` and ``run`` in one call, for the common loop (one name, no
             `else`, nothing bound in the body): an inner loop is entered for every message."""
             value = iterable(scope)
-            if generated_loop:
-                # items_of and run_simple written out for a list once the generated loop is
-                # made: the same checks and charges, in one (the general path raises)
-                looped = generated_loop[0]
-                kind = type(value)
-                if looped is not None and (kind is list or kind is tuple) and \
-                        loop_filter is None:
-                    ctx = scope.ctx
-                    size = len(value)
-                    charged = (size >> 1) + size * iteration_cost
-                    if size <= ctx.limits.max_collection_size and \
-                            ctx.steps + charged <= ctx.max_steps:
-                        if not size:
-                            return None
-                        ctx.steps += charged
-                        items = list(value)
-                        if uses_loop:
-                            loop = LoopContext(items, 0,
-                                               recurse_in(scope) if recursive else None,
-                                               ctx.undefined)
-                            inner = Scope({"loop": loop}, scope, ctx)
-                        else:
-                            loop = None
-                            inner = Scope({}, scope, ctx)
-                        stopped = looped(inner, out, items, loop)
-                        while stopped is not None:  # as run_simple
-                            stop_over_limit(ctx, stopped)
-                            stopped = looped(inner, out, stopped, loop)
+            looped = generated_loop[0] if generated_loop else None
+            if looped is not None:
+                # items_of and run_simple written out once the generated loop is made: the
+                # same checks and charges, in one (the general path raises)
+                items = charged_list(scope, value, iteration_cost)
+                if items is not None:
+                    if not items:
                         return None
+                    ctx = scope.ctx
+                    if uses_loop:
+                        loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                                           ctx.undefined)
+                        inner = Scope({"loop": loop}, scope, ctx)
+                    else:
+                        loop = None
+                        inner = Scope({}, scope, ctx)
+                    stopped = looped(inner, out, items, loop)
+                    while stopped is not None:  # as run_simple
+                        stop_over_limit(ctx, stopped)
+                        stopped = looped(inner, out, stopped, loop)
+                    return None
             items = items_of(scope, value)
             if not items:
                 return None
