@@ -852,6 +852,17 @@ def _c_json_dumps(value: Any, ensure_ascii: bool, sort_keys: bool,
 _TREE_ENCODERS: Dict[Tuple[bool, bool], Any] = {}
 
 
+#: jsonfast.plain_dumps once imported (an import statement per call costs about a microsecond)
+_PLAIN_DUMPS: List[Callable[..., Any]] = []
+
+
+def _load_plain_dumps() -> Callable[..., Any]:
+    from .jsonfast import plain_dumps
+
+    _PLAIN_DUMPS[:] = [plain_dumps]
+    return plain_dumps
+
+
 def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
               separators: Any = None, sort_keys: bool = False) -> str:
     """``json.dumps`` of the value with these options, exactly (transformers' tojson).
@@ -859,8 +870,6 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
     No HTML escaping; undefined values, lazy sequences, namespaces and other non-JSON objects
     are a TypeError; tuples become arrays; the result is a plain string.
     """
-    import json
-
     limits = current_limits()
     indent_width: Optional[int] = None
     if indent is not None:
@@ -881,8 +890,7 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
     # C encoder after the size walk is faster
     fast = None
     if indent is not None:  # (jsonfast is imported only by templates that indent JSON)
-        from .jsonfast import plain_dumps
-
+        plain_dumps = _PLAIN_DUMPS[0] if _PLAIN_DUMPS else _load_plain_dumps()
         fast = plain_dumps(
             value, bool(ensure_ascii), indent, separators, bool(sort_keys), indent_width or 0,
             limits.max_recursion, limits.max_string_size / _ESCAPE_FACTOR[escaping])
@@ -896,6 +904,8 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
         if indent is None and separators is None and type(ensure_ascii) is bool and \
                 type(sort_keys) is bool:
             return _c_json_dumps(value, ensure_ascii, sort_keys, check_circular=not tree)
+        import json
+
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                           separators=separators, sort_keys=sort_keys, default=_json_default)
     except RecursionError:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, List, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
+
+from json.encoder import encode_basestring, encode_basestring_ascii
 
 __all__ = ["plain_dumps"]
 
@@ -31,6 +33,28 @@ class _NotPlain(Exception):
 # Integers longer than this are left to json.dumps (Python may refuse to print them)
 _INT_BITS = 1000
 _INFINITY = float("inf")
+
+# indent text -> the line break and indentation before an item at each depth up to
+# _CACHED_DEPTHS (deeper ones are made when met), for short indents (a long one is made at
+# each depth as it is met: never more than the text needs); a few are kept, as templates use
+# one or two
+_BREAKS: "Dict[str, Tuple[str, ...]]" = {}
+_CACHED_DEPTHS = 16
+_CACHED_INDENTS = 8
+_CACHED_INDENT_LENGTH = 16
+
+
+def _breaks(indent_text: Optional[str]) -> "Tuple[str, ...]":
+    if indent_text is None:
+        return ("",) * (_CACHED_DEPTHS + 1)
+    found = _BREAKS.get(indent_text)
+    if found is None:
+        if len(indent_text) > _CACHED_INDENT_LENGTH:
+            return ()
+        found = tuple("\n" + indent_text * depth for depth in range(_CACHED_DEPTHS + 1))
+        if len(_BREAKS) < _CACHED_INDENTS:
+            _BREAKS[indent_text] = found
+    return found
 
 
 def _options(indent: Any, separators: Any) -> Optional[Tuple[Optional[str], str, str]]:
@@ -63,8 +87,6 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
     if options is None:
         return None
     indent_text, item_separator, key_separator = options
-    from json.encoder import encode_basestring, encode_basestring_ascii
-
     encode = encode_basestring_ascii if ensure_ascii else encode_basestring
     per_item = len(item_separator) + len(key_separator)
     parts: List[str] = []
@@ -74,12 +96,13 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
     float_repr = float.__repr__
     int_repr = int.__repr__
     # the line break and indentation before an item at each depth ("" without an indent)
-    breaks: List[str] = []
+    breaks = _breaks(indent_text)
+    cached_depths = len(breaks)
 
     def line_break(depth: int) -> str:
-        while len(breaks) <= depth:
-            breaks.append("" if indent_text is None else "\n" + indent_text * len(breaks))
-        return breaks[depth]
+        if depth < cached_depths:
+            return breaks[depth]
+        return "" if indent_text is None else "\n" + indent_text * depth
 
     def text_bound(text: str) -> int:
         return (6 * len(text) if ensure_ascii and not text.isascii() else len(text)) + 2
@@ -124,7 +147,7 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
             append("{}" if kind is dict else "[]")
             return bound
         step = per_item + (indent_width * (depth + 1) + 1 if indent_width else 0)
-        inner = breaks[depth + 1] if depth + 1 < len(breaks) else line_break(depth + 1)
+        inner = breaks[depth + 1] if depth + 1 < cached_depths else line_break(depth + 1)
         separator = item_separator + inner
         append("{" if kind is dict else "[")
         first = len(parts)
@@ -170,7 +193,8 @@ def plain_dumps(value: Any, ensure_ascii: bool, indent: Any, separators: Any, so
                 if bound > size_limit:
                     raise _NotPlain
         parts[first] = inner
-        append(breaks[depth] + ("}" if kind is dict else "]"))  # (made before `inner`)
+        append((breaks[depth] if depth < cached_depths else line_break(depth))
+               + ("}" if kind is dict else "]"))
         return bound
 
     try:

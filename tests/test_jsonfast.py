@@ -132,3 +132,23 @@ def test_tojson_without_indent_still_refuses_cycles() -> None:
     looped.append(looped)
     with pytest.raises(ValueError, match="Circular reference detected"):
         filters._c_json_dumps(looped, False, False)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = ["leaf", {"k": 1}]
+    for level in range(depth):
+        value = {"level": level, "items": [value, "x"]} if level % 2 else [value, {}]
+    return value
+
+
+@pytest.mark.parametrize("depth", [3, 17, 40])
+@pytest.mark.parametrize("indent", [2, "\t", 20, "-" * 17, 0, ""])
+def test_deep_data_and_long_indents_equal_the_references(depth: int, indent: Any) -> None:
+    """Past the depths and indent lengths whose line breaks are made once and kept."""
+    value = _nested(depth)
+    width = len(indent) if isinstance(indent, str) else max(indent, 0)
+    for _ in range(2):  # the second time with what the first one kept
+        made = plain_dumps(value, False, indent, None, False, width, 100, math.inf)
+        assert made is not None
+        assert made[0] == json.dumps(value, ensure_ascii=False, indent=indent)
+        assert made[1] == _bound(value, False, indent, None)
