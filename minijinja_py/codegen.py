@@ -165,11 +165,6 @@ def _bound(scope: Any, name: str, value: Any) -> Any:
     return scope
 
 
-#: A loop's prelude lines writing the iteration's variables as it starts (see
-#: generate_charging_loop), left out when _sync_iteration_lazily applies
-_EAGER_ITERATION_LINES = ("vars.clear()", "vars.update(fresh)", "vars['loop'] = loop")
-
-
 def _sync_iteration_lazily(lines: List[str], sync_call: str) -> List[str]:
     """A loop body that assigns, made to write the iteration's variables (its starting ones,
     ``loop``, the target, the names set so far) into its scope only when something reads
@@ -315,8 +310,10 @@ class _Writer:
         self.forwarded: Dict[str, str] = {}
         self.stored_locals: Dict[str, str] = {}
         # In a generated loop whose body assigns: a `set` stores into the iteration's
-        # variables only once they are written (``_synced``, see _sync_iteration_lazily)
+        # variables only once they are written (``_synced``, see _sync_iteration_lazily);
+        # ``starts_fresh``: the iteration starts with undefined values (``fresh``)
         self.lazy_scope = False
+        self.starts_fresh = False
 
     def unsynced_scope(self, name: Optional[str] = None) -> str:
         """What a call of a closure reading no variable of the iteration passes as its scope:
@@ -1450,20 +1447,17 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
     w = _Writer()
     w.in_loop = True
     w.binds = binds
-    w.lazy_scope = True
+    w.lazy_scope = True  # (the iteration's variables: see _loop_function)
+    w.starts_fresh = fresh is not None
     prelude = [f"ctx.steps += {int(iteration_cost)}",
                "if ctx.steps > ctx.max_steps or ctx.output_size > max_output:",
-               "    return True",
-               "vars.clear()"]
+               "    return True"]
     setup = []
     if fresh is not None:
         # made once per run of the loop: undefined values are immutable, each iteration
         # starts from the same ones
         w.names["_fresh_variables"] = fresh
         setup.append("fresh = _fresh_variables(ctx)")
-        prelude.append("vars.update(fresh)")
-    if uses_loop:
-        prelude.append("vars['loop'] = loop")
     return _loop_function(w, body, target, uses_loop, prelude, setup, stable_items)
 
 
@@ -1491,12 +1485,15 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         name == target or (name == "loop" and w.loop_parameter) for name in w.hoisted)
     sync_lines: List[str] = []
     if synced_lazily:
-        sync_call, sync_lines = _sync_function(
-            target, w.stored_locals, "fresh = _fresh_variables(ctx)" in setup, uses_loop)
+        sync_call, sync_lines = _sync_function(target, w.stored_locals, w.starts_fresh,
+                                               uses_loop)
         lines = _sync_iteration_lazily(lines, sync_call.format("scope", item))
-        prelude = [line for line in prelude if line not in _EAGER_ITERATION_LINES]
-        prelude.append("_synced = False")
-        prelude += [f"{stored} = _M" for stored in w.stored_locals.values()]
+        prelude = prelude + ["_synced = False"] + \
+            [f"{stored} = _M" for stored in w.stored_locals.values()]
+    elif w.lazy_scope:
+        prelude = prelude + ["vars.clear()"] + \
+            (["vars.update(fresh)"] if w.starts_fresh else []) + \
+            (["vars['loop'] = loop"] if uses_loop else [])
     if w.lazy_scope:
         setup = setup + ["_iteration_vars = vars", "_scope = scope"] + \
             ([] if synced_lazily else ["_synced = True"])

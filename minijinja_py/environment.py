@@ -35,7 +35,6 @@ _CACHE_SIZE = 400
 # default recursion limit: raised limits, or a limit lowered below the default
 _DEFAULT_RECURSION = _limits.DEFAULT_LIMITS.max_recursion
 _DEFAULT_NESTING = _limits.DEFAULT_LIMITS.max_nesting
-_DEFAULT_RECURSION_LIMIT = 1000
 _unwatch = _deadline.unwatch_id
 #: Jinja2's extensions this engine has (by Jinja2's import path or short name).
 _EXTENSIONS = {"jinja2.ext.do": "do", "do": "do", "jinja2.ext.loopcontrols": "loopcontrols",
@@ -366,7 +365,7 @@ class Template:
             variables["self"] = TemplateReference(blocks, root)
         limits = env.limits
         if limits.max_recursion > _DEFAULT_RECURSION or limits.max_nesting > _DEFAULT_NESTING \
-                or _getrecursionlimit() < _DEFAULT_RECURSION_LIMIT:
+                or _getrecursionlimit() < _limits.PYTHON_RECURSION_LIMIT:
             _limits.ensure_recursion_headroom(limits)
         in_progress = _limits.in_progress
         limits_token = in_progress.work  # limits.activate(ctx): the sandbox too, see there

@@ -301,6 +301,11 @@ def check_stored_tuples(args: Any, kwargs: Any) -> None:
             check_tuple_depth(value)
 
 
+#: Python's default recursion limit, which the default limits fit in (Template._render asks
+#: ensure_recursion_headroom only when a render may need more, or the limit is lower)
+PYTHON_RECURSION_LIMIT = 1000
+
+
 def ensure_recursion_headroom(limits: Limits) -> None:
     """Let Python recurse as deep as raised limits need.
 
@@ -312,7 +317,7 @@ def ensure_recursion_headroom(limits: Limits) -> None:
     extra_recursion = limits.max_recursion - DEFAULT_LIMITS.max_recursion
     extra_nesting = limits.max_nesting - DEFAULT_LIMITS.max_nesting
     # (every render asks: the defaults, and anything below them, need 1,000 at most)
-    needed = 1000 if extra_recursion <= 0 and extra_nesting <= 0 else (
-        1000 + 12 * max(0, extra_recursion) + 10 * max(0, extra_nesting))
+    needed = PYTHON_RECURSION_LIMIT if extra_recursion <= 0 and extra_nesting <= 0 else (
+        PYTHON_RECURSION_LIMIT + 12 * max(0, extra_recursion) + 10 * max(0, extra_nesting))
     if needed > sys.getrecursionlimit():
         sys.setrecursionlimit(needed)
