@@ -31,7 +31,7 @@ from functools import partial
 
 from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING, NAMESPACE_TYPES, Macro, Undefined, to_text
+from .runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
 from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
                     is_undefined)
 
@@ -292,6 +292,9 @@ class _Writer:
         # ``stable_items``): reads of a hoisted dict's constant keys, as placeholders until
         # the body is written (see dict_read and resolve_reads).
         self.caching_reads = False
+        # ...and when that holds only if the functions the body calls are pure: the
+        # generated code's test of it (a local set as the loop starts), else ""
+        self.stable_test = ""
         self.reads: List[Tuple[str, str, str, str]] = []  # (obj, is_dict, key, fallback) code
         # In a generated loop whose body binds nothing: names of enclosing scopes, probed
         # once before the loop (see _expr's "name") -> their variable in the generated code
@@ -455,15 +458,22 @@ class _Writer:
                 if found is None:
                     return f"({obj}[{k}] if {is_dict} and {k} in {obj} else {fallback})"
                 name = found[0]
-                return name if all_present else f"({name} if {name} is not _M else {fallback})"
+                if all_present:
+                    return name
+                if self.stable_test:  # (_M too when the callees are not pure: read it here)
+                    fallback = f"({obj}[{k}] if {is_dict} and {k} in {obj} else {fallback})"
+                return f"({name} if {name} is not _M else {fallback})"
 
             return [placeholder.sub(resolved, line) if "\x00" in line else line
                     for line in self.lines]
 
+        # (when the items are stable only if the callees are pure, and they are not, the
+        # keys read early are all "missing": each read is made where it is written)
+        stable = f"{self.stable_test} and " if self.stable_test else ""
         if not early or 2 * len(self.lines) + _LOOP_HEADER_LINES + 8 > MAX_LINES:
             # no key read twice, or a body too long to write twice: one copy, each read of
             # a key read early checking that it was there
-            self.lines = [f"{depth}{name} = {obj}.get({k}, _M) if {is_dict} else _M"
+            self.lines = [f"{depth}{name} = {obj}.get({k}, _M) if {stable}{is_dict} else _M"
                           for (obj, k), (name, is_dict) in early.items()] + resolve(False)
             return
         is_dicts: List[str] = []
@@ -472,7 +482,7 @@ class _Writer:
                 is_dicts.append(is_dict)
         # each key looked up once: an exact dict's item read with a str key fails only
         # with KeyError (a `key in obj` test before each read would look it up twice)
-        fast = [f"{depth}if {' and '.join(is_dicts)}:", f"{depth}    try:"]
+        fast = [f"{depth}if {stable}{' and '.join(is_dicts)}:", f"{depth}    try:"]
         fast += [f"{depth}        {name} = {obj}[{k}]" for (obj, k), (name, _) in early.items()]
         fast += [f"{depth}    except KeyError:", f"{depth}        _all_read = False",
                  f"{depth}    else:", f"{depth}        _all_read = True",
@@ -480,7 +490,7 @@ class _Writer:
                  f"{depth}if _all_read:"]
         fast += ["    " + line for line in _aliased(resolve(True))]
         fast += [f"{depth}else:"]
-        fast += [f"{depth}    {name} = {obj}.get({k}, _M) if {is_dict} else _M"
+        fast += [f"{depth}    {name} = {obj}.get({k}, _M) if {stable}{is_dict} else _M"
                  for (obj, k), (name, is_dict) in early.items()]
         fast += ["    " + line for line in resolve(False)]
         self.lines = fast
@@ -1414,11 +1424,13 @@ def _compiled(w: _Writer, name: str) -> Any:
 
 
 def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
-                  iteration_cost: int, stable_items: bool = False) -> Any:
+                  iteration_cost: int, stable_items: Any = False) -> Any:
     """The loop of a simple ``for`` (one target name, no ``else``, no assignments in the
     body) with its body inlined, or None. Called as ``f(inner, out, items, loop)`` after the
     steps of all iterations were charged; returns None, or the iterator of the items left
-    when the output or step limit was passed (the caller refunds them and raises)."""
+    when the output or step limit was passed (the caller refunds them and raises).
+    ``stable_items``: whether nothing in the body can change the items (True), or the names
+    of the functions it calls when that holds if they are pure (compiler._stable_items)."""
     if getattr(body, "spec", None) is None:
         return None
     from operator import length_hint
@@ -1431,7 +1443,7 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
 
 
 def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: bool,
-                           iteration_cost: int, fresh: Any, stable_items: bool = False,
+                           iteration_cost: int, fresh: Any, stable_items: Any = False,
                            binds: Optional[FrozenSet[str]] = None) -> Any:
     """The loop of a ``for`` with one target name and no ``else`` whose body may assign
     variables, with its body inlined, or None. Called as ``f(inner, out, items, loop)`` with
@@ -1462,11 +1474,15 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
 
 
 def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop: bool,
-                   prelude: List[str], setup: List[str], stable_items: bool) -> Any:
+                   prelude: List[str], setup: List[str], stable_items: Any) -> Any:
     w.hoisting = True
     w.rebound = _rebound_names(body)
     w.loop_parameter = uses_loop
-    w.caching_reads = stable_items
+    w.caching_reads = bool(stable_items)
+    if type(stable_items) is frozenset:  # stable if the functions called are pure
+        w.names["_pure_callees"] = pure_callees
+        w.stable_test = "_stable"
+        setup = setup + [f"_stable = _pure_callees(scope, {tuple(sorted(stable_items))!r})"]
     _statement(w, body, 2)
     w.resolve_reads()
     lines = w.lines
@@ -1532,6 +1548,18 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     if sync_lines:
         w.lines += [""] + sync_lines
     return _compiled(w, "generated_loop")
+
+
+def pure_callees(scope: Any, names: Tuple[str, ...]) -> bool:
+    """Whether each of ``names`` holds one of the engine's pure functions in ``scope`` (see
+    GlobalFunction): a loop calling only those cannot change the items it reads (the
+    compiler's _stable_items), and its generated code reads each of their keys once per
+    iteration."""
+    for name in names:
+        value = scope.lookup(name)
+        if type(value) is not GlobalFunction or not value.pure:
+            return False
+    return True
 
 
 def _invariant_reads(w: _Writer) -> List[str]:

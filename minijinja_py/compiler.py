@@ -27,7 +27,8 @@ import operator
 from functools import partial
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+    from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple,
+                        Union)
 
 from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateError,
@@ -670,11 +671,11 @@ class Compiler:
                 generated.append(generate_body(body))
             return generated[0]
 
-        def hot_loop() -> Any:
+        def hot_loop(scope: Scope) -> Any:
             if not generated_loop:
                 generated_loop.append(generate_loop(
                     body, simple_name, uses_loop, iteration_cost,
-                    _stable_items(env, node.body, facts)))
+                    _items_stability(env, node.body, facts, body_binds, scope)))
             return generated_loop[0]
 
         # A loop whose body assigns (or reads names before assigning them), one target name
@@ -684,11 +685,11 @@ class Compiler:
         starting_variables = (lambda ctx: starting_undefined(fresh, ctx.undefined)) \
             if fresh else None
 
-        def hot_charging_loop() -> Any:
+        def hot_charging_loop(scope: Scope) -> Any:
             if not generated_loop:
                 generated_loop.append(generate_charging_loop(
                     body, simple_name, uses_loop, iteration_cost, starting_variables,
-                    _stable_items(env, node.body, facts), body_binds))
+                    _items_stability(env, node.body, facts, body_binds, scope), body_binds))
             return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
 
@@ -746,7 +747,7 @@ class Compiler:
             shared = Scope({}, scope, ctx) if reuse_scope else None
             hot = is_hot(len(items))
             if hot and charging_loop_fits:
-                looped = hot_charging_loop()
+                looped = hot_charging_loop(shared)
                 if looped is not None:
                     if looped(shared, out, items, loop) is not None:
                         try:
@@ -809,7 +810,7 @@ class Compiler:
                 hot, looped = True, generated_loop[0]
             else:
                 hot = is_hot(len(items))
-                looped = hot_loop() if hot else None
+                looped = hot_loop(inner) if hot else None
             if looped is not None:
                 stopped = looped(inner, out, items, loop)
                 while stopped is not None:  # raises, or the loop goes on where it was
@@ -2502,16 +2503,23 @@ def _folded_kinds() -> frozenset:
     return FOLDED_KINDS
 
 
-def _stable_items(env: Any, statements: List[n.Node], facts: int) -> bool:
-    """Whether nothing in ``statements`` can change a dict the loop reads: no calls, and
-    only the engine's own filters and tests (none changes its input, and in the
-    immutable sandbox templates cannot). Generated loops then read each key of an item
-    once per iteration (codegen._Writer.dict_read). Python's special methods of user
-    objects (``__str__``, ``__eq__``) are assumed not to change the data they are in."""
+def _stable_items(env: Any, statements: List[n.Node], facts: int,
+                  binds: FrozenSet[str]) -> Union[bool, FrozenSet[str]]:
+    """Whether nothing in ``statements`` can change a dict the loop reads: only the engine's
+    own filters and tests (none changes its input, and in the immutable sandbox templates
+    cannot), and no calls, or only calls of names ``binds`` leaves alone (then those names,
+    a frozenset: the generated loop asks, as it starts, whether each holds one of the
+    engine's pure functions, ``raise_exception`` the usual one; see codegen.pure_callees).
+    Generated loops then read each key of an item once per iteration
+    (codegen._Writer.dict_read). Python's special methods of user objects (``__str__``,
+    ``__eq__``) are assumed not to change the data they are in."""
+    callees: FrozenSet[str] = frozenset()
     if facts & _CALLS:
-        return False
+        callees = _called_names(statements, binds)
+        if not callees:
+            return False
     if not facts & _FILTERS_OR_TESTS:
-        return True
+        return callees or True
     from .filters import FILTERS
     from .tests import TESTS
 
@@ -2524,7 +2532,40 @@ def _stable_items(env: Any, statements: List[n.Node], facts: int) -> bool:
             elif type(node) is n.Test:
                 if env.tests.get(node.name) is not TESTS.get(node.name, env):
                     return False
-    return True
+    return callees or True
+
+
+def _items_stability(env: Any, statements: List[n.Node], facts: int, binds: FrozenSet[str],
+                     scope: Scope) -> Union[bool, FrozenSet[str]]:
+    """_stable_items as the generated loop is made: names called that do not hold pure
+    functions now (a macro, the user's function) most likely never will, and the loop then
+    reads each key where it is used, not once per iteration with a test of the callees."""
+    stable = _stable_items(env, statements, facts, binds)
+    if type(stable) is frozenset:
+        from .codegen import pure_callees
+
+        if not pure_callees(scope, tuple(stable)):
+            return False
+    return stable
+
+
+def _called_names(statements: List[n.Node], binds: FrozenSet[str]) -> FrozenSet[str]:
+    """The names called in ``statements`` when every call there is of a name (``f(...)``)
+    that ``binds`` does not hold, and nothing else there calls (a call or filter block);
+    else the empty set."""
+    names = set()
+    for statement in statements:
+        for node in itertools.chain((statement,), statement.find_all(
+                (n.Call, n.CallBlock, n.FilterBlock))):
+            kind = type(node)
+            if kind is n.Call:
+                callee = node.node
+                if type(callee) is not n.Name or callee.name in binds:
+                    return frozenset()
+                names.add(callee.name)
+            elif kind is n.CallBlock or kind is n.FilterBlock:
+                return frozenset()
+    return frozenset(names)
 
 
 def _subtree_facts(root: n.Node, filters: Any = None, tests: Any = None) -> Dict[int, int]:

@@ -425,16 +425,17 @@ def default_globals(env: Environment) -> Dict[str, Any]:
         return result
 
     return {
-        "range": GlobalFunction("safe_range", safe_range),  # the names Jinja2 prints
+        "range": GlobalFunction("safe_range", safe_range, pure=True),  # the names Jinja2 prints
         # Instances and plain functions only, never the classes: a class reached by a
         # template is shared by every render in the process (`cycler.reset(cycler)` would
         # replace a method for all of them) and its unbound methods write to any object
         # (`dict.update(messages[0], ...)` in the immutable sandbox).
         "dict": TemplateDict(),  # calls like `dict`; `dict.fromkeys` works, nothing else
-        "lipsum": GlobalFunction("generate_lorem_ipsum", generate_lorem_ipsum),
-        "cycler": GlobalFunction("cycler", Cycler),
-        "joiner": GlobalFunction("joiner", Joiner),
-        "namespace": GlobalFunction("namespace", Namespace),
+        "lipsum": GlobalFunction("generate_lorem_ipsum", generate_lorem_ipsum,
+                                pure=True),
+        "cycler": GlobalFunction("cycler", Cycler, pure=True),
+        "joiner": GlobalFunction("joiner", Joiner, pure=True),
+        "namespace": GlobalFunction("namespace", Namespace, pure=True),
         "self": TemplateReference(),
     }
 
@@ -501,7 +502,9 @@ def chat_environment(now: Union[None, _datetime.datetime, Callable[[], Any]] = N
     options: Dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True, "immutable": True}
     options.update(env_options)
     env = Environment(**options)
-    env.globals["raise_exception"] = GlobalFunction("raise_exception", raise_template_error)
-    env.globals["namespace"] = GlobalFunction("namespace", GuardedNamespace)
-    env.globals["strftime_now"] = GlobalFunction("strftime_now", make_strftime_now(now))
+    env.globals["raise_exception"] = GlobalFunction("raise_exception", raise_template_error,
+                                                    pure=True)
+    env.globals["namespace"] = GlobalFunction("namespace", GuardedNamespace, pure=True)
+    env.globals["strftime_now"] = GlobalFunction("strftime_now", make_strftime_now(now),
+                                                 pure=not callable(now))
     return env

@@ -560,15 +560,21 @@ class BlockReference:
 
 class GlobalFunction:
     """A builtin global function (``range``, ``raise_exception``...): prints as
-    ``<function name>`` instead of a repr with a memory address, exposes no attributes."""
+    ``<function name>`` instead of a repr with a memory address, exposes no attributes.
 
-    __slots__ = ("name", "function")
+    ``pure``: calling it changes nothing a template can read (it makes a new value or
+    raises). A generated loop calling only such functions reads each key of an item once
+    per iteration (codegen.pure_callees); a function running code it was given (a
+    callable clock) is not pure."""
+
+    __slots__ = ("name", "function", "pure")
     template_attributes: frozenset = frozenset()
     template_type_name = "function"
 
-    def __init__(self, name: str, function: Callable[..., Any]) -> None:
+    def __init__(self, name: str, function: Callable[..., Any], pure: bool = False) -> None:
         self.name = name
         self.function = function
+        self.pure = pure
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)

@@ -10,6 +10,7 @@ the same on both paths: the smallest ``max_steps`` a render fits in is the same 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Dict
@@ -475,16 +476,46 @@ def _mutating_environments() -> Any:
 @pytest.mark.parametrize("source", [
     "{% for m in messages %}{{ m.role }}{{ rename(m) }}{{ m.role }}{% endfor %}",
     "{% for m in messages %}{{ m.role }}{{ m | renamed }}{{ m.role }}{% endfor %}",
+    # the pure global's name given to the user's function by the context, or set outside
+    "{% for m in messages %}{{ m.role }}{{ raise_exception(m) }}{{ m.role }}{% endfor %}",
+    "{% set raise_exception = rename %}{% for m in messages %}{{ m.role }}"
+    "{% if m.role %}{{ raise_exception(m) }}{% endif %}{{ m.role }}{% endfor %}",
+    "{% for m in messages %}{% set r = m.role %}{{ r }}{{ raise_exception(m) }}{{ m.role }}"
+    "{{ m.role }}{% endfor %}",
 ])
 def test_keys_are_read_again_after_user_code(source: str, hot_after: str) -> None:
     """A call or a filter of the user's may change the items, so a loop that has one reads
-    each key where it is used (as Jinja2 does), never once per iteration."""
+    each key where it is used (as Jinja2 does), never once per iteration; a loop calling
+    names that hold the engine's pure functions as it starts reads them once."""
     outputs = []
     for env in _mutating_environments():
+        template = env.from_string(source)
+        # (the first render makes the loop with `raise_exception` the pure global; the second
+        # passes the user's function under that name)
+        with contextlib.suppress(Exception):
+            template.render(messages=[dict(m) for m in MESSAGES if m["role"] != "tool"])
         messages = [dict(m) for m in MESSAGES]
-        outputs.append(env.from_string(source).render(messages=messages))
+        outputs.append(template.render(messages=messages,
+                                       raise_exception=env.globals["rename"]))
     assert outputs[0] == outputs[1]
     assert "systemSYSTEM" in outputs[1]
+
+
+def test_loops_calling_pure_functions_read_each_key_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`raise_exception` (the commonest call in a message loop) changes nothing: a loop calling
+    only such functions reads each key once per iteration, after asking, as it starts, whether
+    the names it calls hold them; a clock the user passes makes strftime_now impure."""
+    made = spy_on(monkeypatch, "generate_charging_loop")
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    source = "{% for m in messages %}{% set n = loop.index %}{% if m.role == 'x' %}" \
+             "{{ raise_exception('no ' + m.role) }}{% endif %}{{ n }}{{ m.role }}{% endfor %}"
+    expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
+    assert mj.chat_environment().from_string(source).render(**DATA) == expected
+    code = made[0].source
+    assert "_stable = _pure_callees(scope, ('raise_exception',))" in code
+    assert "if _stable and _d0:" in code and "_r0 = _o0['role']" in code
+    assert mj.chat_environment().globals["strftime_now"].pure
+    assert not mj.chat_environment(now=lambda: None).globals["strftime_now"].pure
 
 
 def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -499,7 +530,11 @@ def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.Monke
     stable_code, calling_code = made[0].source, made[1].source
     assert "_r0 = _o0.get('role', _M)" in stable_code
     assert "'content'" in stable_code and "_r1" not in stable_code  # read once: read where used
-    assert "_r0" not in calling_code
+    # calling the pure raise_exception: read once when the name holds it as the loop starts
+    assert "_r0 = _o0.get('role', _M) if _stable and _d0 else _M" in calling_code
+    user_call = calling.replace("raise_exception('x')", "messages.pop()")
+    mj.chat_environment().from_string(user_call).render(**DATA)
+    assert "_r0" not in made[2].source
 
 
 def test_a_filter_of_the_users_is_never_inlined(hot_after: str) -> None:
