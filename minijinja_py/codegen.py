@@ -829,6 +829,34 @@ def _concat(w: _Writer, spec: tuple) -> str:
             f"{w.ref(charge_joined)}(scope, {total}) else '')")
 
 
+def _concat_pieces(w: _Writer, spec: tuple, depth: int) -> Tuple[str, List[Tuple[bool, str]]]:
+    """``{{ a ~ b ~ c }}``: the parts made text and charged as _concat does, as lines, then
+    put in the output as they are (the print's pieces), never joined into a string first
+    (a copy of each message's text). Returns (the name of their total length, the pieces)."""
+    _, parts, text_of, charge_joined, charge = spec
+    pieces: List[Tuple[bool, str]] = []
+    constant_length = 0
+    lengths = []
+    for part in parts:
+        if _known_type(w, part) is str:
+            constant = part.spec[1]
+            constant_length += len(constant)
+            pieces.append((True, constant))
+            continue
+        piece, value = w.temporary(), w.temporary()
+        w.line(depth, f"{piece} = {value} if type({value} := {_expr(w, part)}) is str else "
+                      f"{w.ref(text_of)}({value})")
+        lengths.append(f"len({piece})")
+        pieces.append((False, piece))
+    total = w.temporary()
+    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
+    w.line(depth, f"{total} = {_sum_code(constant_length, lengths)}")
+    w.line(depth, f"if {total} >= _CHARGED_FROM:")
+    w.line(depth + 1, f"({total} <= 1000000 and {w.charge(charge, f'{total} >> {CHARS_SHIFT}')})"
+                      f" or {w.ref(charge_joined)}(scope, {total})")
+    return total, pieces
+
+
 def _add_two(w: _Writer, operands: list, add_evaluated: Any, charge_built: Any) -> str:
     """``a + b`` (both operands are always evaluated, left first): two ints or two strs
     inline, anything else (and results past the limits) through ``add_evaluated``."""
@@ -1055,6 +1083,12 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
                 static += len(item)
                 continue
             expression, expression_node = item
+            concat = getattr(expression, "spec", None)
+            if concat is not None and concat[0] == "concat":
+                total, parts = _concat_pieces(w, concat, depth + 1)
+                pieces += parts
+                sizes.append(total)
+                continue
             value = w.temporary()
             w.line(depth + 1, f"{value} = {_expr(w, expression)}")
             w.line(depth + 1, f"if type({value}) is not str:")

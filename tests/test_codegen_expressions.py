@@ -459,6 +459,23 @@ def test_sums_over_the_limit_are_refused_before_they_are_built(
         assert peak < 1_000_000, source
 
 
+def test_printed_joins_are_measured_and_put_out_in_pieces(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`{{ a ~ b }}` in a generated loop: measured and charged as the closure does (the string
+    limit refuses a join too long before anything is output), then its pieces go to the
+    output as they are, no joined copy made."""
+    made = spy_on(monkeypatch, "generate_loop")
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    source = "{% for m in messages %}{{ '<' ~ m.role ~ '>' ~ m.content ~ 1 }}{% endfor %}"
+    expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
+    assert mj.chat_environment().from_string(source).render(**DATA) == expected
+    assert "out.extend(('<', _t" in made[0].source and " f'{" not in made[0].source
+    env = mj.chat_environment(limits=mj.Limits(max_string_size=1_000_000))
+    big = [{"role": "x" * 600_000, "content": "y" * 600_000}]
+    with pytest.raises(mj.LimitExceededError):
+        env.from_string(source).render(messages=big)
+
+
 def _mutating_environments() -> Any:
     """Both engines with a global function and a filter that change the message they get."""
     def rename(message: Dict[str, Any]) -> str:
