@@ -1518,6 +1518,12 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         w.stable_test = "_stable"
         setup = setup + [f"_stable = _pure_callees(scope, {tuple(sorted(stable_items))!r})"]
     _statement(w, body, 2)
+    # a body ending with a statement's output check (which raises) leaves only the steps to
+    # check as the iteration ends; read before resolve_reads may write the body twice, one
+    # level deeper (each copy ends with that check then)
+    output_checked = len(w.lines) >= 2 and \
+        w.lines[-2] == "        if ctx.output_size > max_output:" and \
+        w.lines[-1].startswith("            _overflow(ctx, ")
     w.resolve_reads()
     lines = w.lines
     # the item is the hoisted target's own local when there is one
@@ -1570,11 +1576,6 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
             w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)
     if w.loop_refund:
-        # a body ending with a statement's output check (which raises) leaves only the
-        # steps to check
-        output_checked = len(lines) >= 2 and \
-            lines[-2] == "        if ctx.output_size > max_output:" and \
-            lines[-1].startswith("            _overflow(ctx, ")
         w.line(2, "if ctx.steps > ctx.max_steps:" if output_checked else
                "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
         w.line(3, "return remaining")
