@@ -1146,6 +1146,42 @@ class Compiler:
                     f"macro {shown_name!r} takes not more than {count} argument(s)")
             return scope
 
+        # A call of a macro without specials giving some arguments by position, others by
+        # keyword, the rest left to their defaults (`handle_role(role)`,
+        # `is_param_set(m, field="name")`): bound without copying the keywords, a constant
+        # default taken as it is. Any other call, or one that is an error, takes bind.
+        positions = {param: index for index, param in enumerate(arg_names)}
+        later_defaults = tuple(
+            (param, default, _constant_value(default)) for param, default in defaults)
+
+        def bind_plainly(defining_scope: Scope, ctx: RenderContext, args: tuple,
+                         kwargs: dict) -> Scope:
+            given = len(args)
+            if given > count:
+                return bind(defining_scope, ctx, args, kwargs)
+            for key in kwargs:  # each names a parameter not given by position
+                if positions.get(key, -1) < given:
+                    return bind(defining_scope, ctx, args, kwargs)
+            local = fresh_variables(fresh, ctx) if fresh else {}
+            scope = Scope(local, defining_scope, ctx)
+            index = 0
+            for param, default, constant in later_defaults:
+                if index < given:
+                    local[param] = args[index]
+                    index += 1
+                    continue
+                value = kwargs.get(param, MISSING)
+                if value is MISSING:
+                    if constant is not MISSING:
+                        value = constant
+                    elif default is not None:
+                        value = default(scope)
+                    else:
+                        value = ctx.undefined(f"parameter {param!r} was not provided",
+                                              name=param)
+                local[param] = value
+            return scope
+
         first_name = arg_names[0] if arg_names else None
         # the body's generated function once it is hot (see hot_switching), called directly
         hot_state = getattr(body, "hot_state", None) or [0, None]
@@ -1168,6 +1204,8 @@ class Compiler:
                 else:
                     local = dict(zip(arg_names, args))
                 scope = Scope(local, defining_scope, ctx)
+            elif plain_parameters:
+                scope = bind_plainly(defining_scope, ctx, args, kwargs)
             else:
                 scope = bind(defining_scope, ctx, args, kwargs)
             ctx.steps += call_cost
@@ -2551,21 +2589,32 @@ def _items_stability(env: Any, statements: List[n.Node], facts: int, binds: Froz
 
 def _called_names(statements: List[n.Node], binds: FrozenSet[str]) -> FrozenSet[str]:
     """The names called in ``statements`` when every call there is of a name (``f(...)``)
-    that ``binds`` does not hold, and nothing else there calls (a call or filter block);
-    else the empty set."""
+    that nothing inside binds (``binds``, the frame's stores, an inner loop's target or
+    ``loop``, a `set` or `with` in an inner frame), and nothing else there calls or binds
+    names of its own (a call or filter block, a macro defined there); else the empty set."""
     names = set()
+    bound = set(binds) | _SPECIAL_NAMES
     for statement in statements:
         for node in itertools.chain((statement,), statement.find_all(
-                (n.Call, n.CallBlock, n.FilterBlock))):
+                (n.Call, n.NameTarget) + _CALLING_BLOCKS)):
             kind = type(node)
             if kind is n.Call:
                 callee = node.node
-                if type(callee) is not n.Name or callee.name in binds:
+                if type(callee) is not n.Name:
                     return frozenset()
                 names.add(callee.name)
-            elif kind is n.CallBlock or kind is n.FilterBlock:
+            elif kind is n.NameTarget:
+                bound.add(node.name)
+            elif kind in _CALLING_BLOCKS:
                 return frozenset()
-    return frozenset(names)
+    return frozenset(names) if names.isdisjoint(bound) else frozenset()
+
+
+#: Names bound by the engine itself inside a loop body (an inner loop, a macro's specials).
+_SPECIAL_NAMES = frozenset({"loop", "caller", "varargs", "kwargs"})
+#: Blocks that call (a call block's callee, a filter block's filter) or bind names of their
+#: own (a macro defined in the loop): a loop holding one is not stable for _called_names.
+_CALLING_BLOCKS = (n.CallBlock, n.FilterBlock, n.Macro)
 
 
 def _subtree_facts(root: n.Node, filters: Any = None, tests: Any = None) -> Dict[int, int]:
@@ -2804,6 +2853,19 @@ def starting_undefined(names: Tuple[str, ...], undefined: Any) -> Dict[str, Any]
             _FRESH_VALUES.clear()
         values = _FRESH_VALUES[key] = {name: undefined(name=name) for name in names}
     return values
+
+
+def _constant_value(default: Any) -> Any:
+    """The value of a macro parameter's default when it is a constant of an immutable type
+    (``none``, ``False``, a string): the same every call, taken without calling its
+    closure; else MISSING."""
+    spec = getattr(default, "spec", None)
+    if spec is not None and spec[0] == "const" and type(spec[1]) in _IMMUTABLE_CONSTANTS:
+        return spec[1]
+    return MISSING
+
+
+_IMMUTABLE_CONSTANTS = frozenset({str, int, float, bool, type(None)})
 
 
 def fresh_variables(names: Tuple[str, ...], ctx: RenderContext) -> Dict[str, Any]:

@@ -499,6 +499,11 @@ def _mutating_environments() -> Any:
     "{% if m.role %}{{ raise_exception(m) }}{% endif %}{{ m.role }}{% endfor %}",
     "{% for m in messages %}{% set r = m.role %}{{ r }}{{ raise_exception(m) }}{{ m.role }}"
     "{{ m.role }}{% endfor %}",
+    # a name holding a pure function as the loop starts, bound to the user's in the body
+    "{% set f = range %}{% for m in messages %}{{ m.role }}{% set f = rename %}"
+    "{{ f(m) }}{{ m.role }}{{ m.role }}{% endfor %}",
+    "{% set f = range %}{% for m in messages %}{{ m.role }}{% for f in [rename] %}{{ f(m) }}"
+    "{% endfor %}{{ m.role }}{{ m.role }}{% endfor %}",
 ])
 def test_keys_are_read_again_after_user_code(source: str, hot_after: str) -> None:
     """A call or a filter of the user's may change the items, so a loop that has one reads
@@ -549,9 +554,15 @@ def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.Monke
     assert "'content'" in stable_code and "_r1" not in stable_code  # read once: read where used
     # calling the pure raise_exception: read once when the name holds it as the loop starts
     assert "_r0 = _o0.get('role', _M) if _stable and _d0 else _M" in calling_code
+    # a method called, or a name the body binds called: read where used
     user_call = calling.replace("raise_exception('x')", "messages.pop()")
-    mj.chat_environment().from_string(user_call).render(**DATA)
+    bound_callee = "{% for m in messages %}{% set f = raise_exception %}" + \
+        calling.split("%}", 1)[1].replace("raise_exception", "f")
+    charging = spy_on(monkeypatch, "generate_charging_loop")
+    for source in (user_call, bound_callee):
+        mj.chat_environment().from_string(source).render(**DATA)
     assert "_r0" not in made[2].source
+    assert "_stable" not in charging[0].source and "_r0" not in charging[0].source
 
 
 def test_a_filter_of_the_users_is_never_inlined(hot_after: str) -> None:
