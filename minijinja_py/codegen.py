@@ -296,6 +296,9 @@ class _Writer:
         # generated code's test of it (a local set as the loop starts), else ""
         self.stable_test = ""
         self.reads: List[Tuple[str, str, str, str]] = []  # (obj, is_dict, key, fallback) code
+        # (obj, key) code of keys the body tests for (`'tool_calls' in message`, `message.name
+        # is defined`): most items lack them, so they are read where used, never early
+        self.optional_keys: set = set()
         # In a generated loop whose body binds nothing: names of enclosing scopes, probed
         # once before the loop (see _expr's "name") -> their variable in the generated code
         self.invariant: Dict[str, str] = {}
@@ -442,7 +445,8 @@ class _Writer:
             uses[(obj, k)] = uses.get((obj, k), 0) + 1
         early: Dict[Tuple[str, str], Tuple[str, str]] = {}  # (obj, key) -> (name, is_dict)
         for obj, is_dict, k, _ in self.reads:
-            if uses[(obj, k)] > 1 and (obj, k) not in early:
+            if uses[(obj, k)] > 1 and (obj, k) not in early and \
+                    (obj, k) not in self.optional_keys:
                 early[(obj, k)] = (f"_r{len(early)}", is_dict)
         if not self.reads:
             return
@@ -661,6 +665,9 @@ def _expr(w: _Writer, closure: Any) -> str:
                        f"{w.ref(operand_spec[2])}({w.unsynced_scope(operand_spec[1])})) "
                        f"is not _M else False))")
             return defined if (function is is_defined) != negated else f"(not {defined})"
+        if (function is is_defined or function is is_undefined) and operand_spec is not None \
+                and operand_spec[0] == "lookup":
+            _optional_key(w, operand_spec)
         written = _INLINE_TESTS.get(function)
         if written is None:
             call = f"{w.ref(function)}({_expr(w, operand)})"
@@ -699,6 +706,7 @@ def _expr(w: _Writer, closure: Any) -> str:
             if right_spec is not None and right_spec[0] == "local" and \
                     w.hoists(right_spec[1]):
                 obj, is_dict = w.local(right_spec[1])
+                w.optional_keys.add((obj, key))
             else:
                 obj = w.temporary()
                 is_dict = f"type({obj} := {_expr(w, right)}) is dict"
@@ -737,6 +745,14 @@ def _expr(w: _Writer, closure: Any) -> str:
 #: Sums with more operands than this that are not constants stay a closure call (each one
 #: nests a conditional expression).
 MAX_SUM_OPERANDS = 12
+
+
+def _optional_key(w: _Writer, lookup_spec: tuple) -> None:
+    """``message.name is defined``: the key (of a hoisted item) is one items may lack."""
+    _, operand, key, _ = lookup_spec
+    operand_spec = getattr(operand, "spec", None)
+    if operand_spec is not None and operand_spec[0] == "local" and w.hoists(operand_spec[1]):
+        w.optional_keys.add((w.local(operand_spec[1])[0], w.ref(key)))
 
 
 def _slow_read(w: _Writer, obj: str, k: str, slow: Any) -> str:

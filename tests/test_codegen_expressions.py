@@ -565,6 +565,22 @@ def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.Monke
     assert "_stable" not in charging[0].source and "_r0" not in charging[0].source
 
 
+def test_keys_tested_for_are_never_read_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key the body tests for (`'tool_calls' in m`, `m.name is defined`) is one most items
+    lack: read early, it would send most iterations to the copy of the body that checks every
+    read. Such keys are read where used; the others early, as ever."""
+    made = spy_on(monkeypatch, "generate_loop")
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    source = "{% for m in messages %}{% if 'n' in m and m.n %}{{ m.n }}{{ m.role }}" \
+             "{% elif m.content is defined %}{{ m.content }}{{ m.role }}{% endif %}" \
+             "{{ m.content }}{{ m['n'] }}{{ m.role }}{% endfor %}"
+    expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
+    assert mj.chat_environment().from_string(source).render(**DATA) == expected
+    code = made[0].source
+    assert "_r0 = _o0['role']" in code
+    assert "= _o0['n']" not in code and "= _o0['content']" not in code
+
+
 def test_a_filter_of_the_users_is_never_inlined(hot_after: str) -> None:
     """Only the engine's own filters are applied inline: one the user put in their place runs."""
     env = mj.chat_environment()
