@@ -1106,25 +1106,45 @@ class Compiler:
         # no defaults to evaluate, no caller, kwargs or varargs to collect.
         plain_parameters = not specials and not explicit_caller
 
+        # (param, its default's closure or None, the default's value when a constant)
+        parameters = tuple(
+            (param, default, _constant_value(default)) for param, default in defaults)
+        positions = {param: index for index, param in enumerate(arg_names)}
+        collects_specials = (wants_caller and not explicit_caller) or catch_kwargs or \
+            catch_varargs
+
         def bind(defining_scope: Scope, ctx: RenderContext, args: tuple, kwargs: dict
                  ) -> Scope:
-            """The macro's scope for any other call: defaults, keywords, the specials."""
-            kwargs = dict(kwargs)
-            local = fresh_variables(fresh, ctx)
+            """The macro's scope for any other call: keywords, defaults (a constant taken as
+            it is), the specials (`is_param_set(m, field="name")`, `handle_role(role)`)."""
+            local = fresh_variables(fresh, ctx) if fresh else {}
             scope = Scope(local, defining_scope, ctx)
             found_caller = explicit_caller
-            for index, (param, default) in enumerate(defaults):
-                if index < len(args):
+            given = len(args)
+            taken = 0  # keywords a parameter took
+            index = 0  # (counts the parameters given by position only)
+            for param, default, constant in parameters:
+                if index < given:
                     local[param] = args[index]
+                    index += 1
                     continue
-                value = kwargs.pop(param, MISSING)
-                if value is MISSING:
-                    if default is not None:
-                        value = default(scope)
-                    else:
-                        value = ctx.undefined(f"parameter {param!r} was not provided",
-                                              name=param)
+                value = kwargs.get(param, MISSING) if kwargs else MISSING
+                if value is not MISSING:
+                    taken += 1
+                elif constant is not MISSING:
+                    value = constant
+                elif default is not None:
+                    value = default(scope)
+                else:
+                    value = ctx.undefined(f"parameter {param!r} was not provided",
+                                          name=param)
                 local[param] = value
+            if taken == len(kwargs) and given <= count and not collects_specials:
+                return scope  # the common call: nothing left over, nothing to collect
+            # the keywords no parameter took, in their order, in a dict of the macro's own
+            # (the caller's is left alone)
+            kwargs = {key: value for key, value in kwargs.items()
+                      if positions.get(key, -1) < given}
             if wants_caller and not found_caller:
                 caller = kwargs.pop("caller", None)
                 if caller is None:
@@ -1141,45 +1161,9 @@ class Compiler:
                     f"macro {shown_name!r} takes no keyword argument {next(iter(kwargs))!r}")
             if catch_varargs:
                 local["varargs"] = tuple(args[count:])
-            elif len(args) > count:
+            elif given > count:
                 raise TypeError(
                     f"macro {shown_name!r} takes not more than {count} argument(s)")
-            return scope
-
-        # A call of a macro without specials giving some arguments by position, others by
-        # keyword, the rest left to their defaults (`handle_role(role)`,
-        # `is_param_set(m, field="name")`): bound without copying the keywords, a constant
-        # default taken as it is. Any other call, or one that is an error, takes bind.
-        positions = {param: index for index, param in enumerate(arg_names)}
-        later_defaults = tuple(
-            (param, default, _constant_value(default)) for param, default in defaults)
-
-        def bind_plainly(defining_scope: Scope, ctx: RenderContext, args: tuple,
-                         kwargs: dict) -> Scope:
-            given = len(args)
-            if given > count:
-                return bind(defining_scope, ctx, args, kwargs)
-            for key in kwargs:  # each names a parameter not given by position
-                if positions.get(key, -1) < given:
-                    return bind(defining_scope, ctx, args, kwargs)
-            local = fresh_variables(fresh, ctx) if fresh else {}
-            scope = Scope(local, defining_scope, ctx)
-            index = 0
-            for param, default, constant in later_defaults:
-                if index < given:
-                    local[param] = args[index]
-                    index += 1
-                    continue
-                value = kwargs.get(param, MISSING)
-                if value is MISSING:
-                    if constant is not MISSING:
-                        value = constant
-                    elif default is not None:
-                        value = default(scope)
-                    else:
-                        value = ctx.undefined(f"parameter {param!r} was not provided",
-                                              name=param)
-                local[param] = value
             return scope
 
         first_name = arg_names[0] if arg_names else None
@@ -1204,8 +1188,6 @@ class Compiler:
                 else:
                     local = dict(zip(arg_names, args))
                 scope = Scope(local, defining_scope, ctx)
-            elif plain_parameters:
-                scope = bind_plainly(defining_scope, ctx, args, kwargs)
             else:
                 scope = bind(defining_scope, ctx, args, kwargs)
             ctx.steps += call_cost
