@@ -819,30 +819,47 @@ def _joined_strs(parts: List[Tuple[bool, str]]) -> str:
     return " ".join(code if literal else f"f'{{{code}}}'" for literal, code in parts)
 
 
-def _concat(w: _Writer, spec: tuple) -> str:
-    """``a ~ b ~ c``: each part evaluated and made text in turn (``text_of`` for anything but
-    a str), the total length charged (and size-checked) before the string is built, as the
-    closure does."""
-    _, parts, text_of, charge_joined, charge = spec
-    pieces: List[Tuple[bool, str]] = []  # (a literal, code)
-    lengths = []
+def _concat_parts(w: _Writer, parts: list, text_of: Any) -> List[Tuple[bool, str]]:
+    """The parts of ``a ~ b ~ c`` in order: (True, the text) for a str constant, else (False,
+    code making the part text: ``text_of`` for anything but a str)."""
+    made: List[Tuple[bool, str]] = []
     for part in parts:
         if _known_type(w, part) is str:  # a constant: its length is known too
-            constant = part.spec[1]
-            lengths.append(str(len(constant)))
-            pieces.append((True, repr(constant)))
+            made.append((True, part.spec[1]))
             continue
-        piece, value = w.temporary(), w.temporary()
-        lengths.append(f"len({piece} := ({value} if type({value} := {_expr(w, part)}) is str "
-                       f"else {w.ref(text_of)}({value})))")
+        value = w.temporary()
+        made.append((False, f"({value} if type({value} := {_expr(w, part)}) is str else "
+                            f"{w.ref(text_of)}({value}))"))
+    return made
+
+
+def _join_charged(w: _Writer, total: str, charge: Any, charge_joined: Any) -> str:
+    """Code charging the join of ``total`` characters (from _CHARGED_FROM) as the closure
+    does: under the size limit only the steps (what charge_joined charges), else
+    charge_joined, which checks the size too (and raises). A true value."""
+    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
+    return (f"({total} <= 1000000 and {w.charge(charge, f'{total} >> {CHARS_SHIFT}')}) or "
+            f"{w.ref(charge_joined)}(scope, {total})")
+
+
+def _concat(w: _Writer, spec: tuple) -> str:
+    """``a ~ b ~ c``: each part evaluated and made text in turn, the total length charged (and
+    size-checked) before the string is built, as the closure does."""
+    _, parts, text_of, charge_joined, charge = spec
+    pieces: List[Tuple[bool, str]] = []  # (a literal, code)
+    constant_length = 0
+    lengths = []
+    for is_text, code in _concat_parts(w, parts, text_of):
+        if is_text:
+            constant_length += len(code)
+            pieces.append((True, repr(code)))
+            continue
+        piece = w.temporary()
+        lengths.append(f"len({piece} := {code})")
         pieces.append((False, piece))
     total = w.temporary()
-    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
-    # under the size limit only the steps are charged (what charge_joined charges), else
-    # charge_joined checks the size too (and raises)
-    return (f"({_joined_strs(pieces)} if ({total} := {' + '.join(lengths)}) < _CHARGED_FROM or "
-            f"({total} <= 1000000 and {w.charge(charge, f'{total} >> {CHARS_SHIFT}')}) or "
-            f"{w.ref(charge_joined)}(scope, {total}) else '')")
+    return (f"({_joined_strs(pieces)} if ({total} := {_sum_code(constant_length, lengths)}) "
+            f"< _CHARGED_FROM or {_join_charged(w, total, charge, charge_joined)} else '')")
 
 
 def _concat_pieces(w: _Writer, spec: tuple, depth: int) -> Tuple[str, List[Tuple[bool, str]]]:
@@ -853,23 +870,19 @@ def _concat_pieces(w: _Writer, spec: tuple, depth: int) -> Tuple[str, List[Tuple
     pieces: List[Tuple[bool, str]] = []
     constant_length = 0
     lengths = []
-    for part in parts:
-        if _known_type(w, part) is str:
-            constant = part.spec[1]
-            constant_length += len(constant)
-            pieces.append((True, constant))
+    for is_text, code in _concat_parts(w, parts, text_of):
+        if is_text:
+            constant_length += len(code)
+            pieces.append((True, code))
             continue
-        piece, value = w.temporary(), w.temporary()
-        w.line(depth, f"{piece} = {value} if type({value} := {_expr(w, part)}) is str else "
-                      f"{w.ref(text_of)}({value})")
+        piece = w.temporary()
+        w.line(depth, f"{piece} = {code}")
         lengths.append(f"len({piece})")
         pieces.append((False, piece))
     total = w.temporary()
-    w.names["_CHARGED_FROM"] = 1 << CHARS_SHIFT
     w.line(depth, f"{total} = {_sum_code(constant_length, lengths)}")
     w.line(depth, f"if {total} >= _CHARGED_FROM:")
-    w.line(depth + 1, f"({total} <= 1000000 and {w.charge(charge, f'{total} >> {CHARS_SHIFT}')})"
-                      f" or {w.ref(charge_joined)}(scope, {total})")
+    w.line(depth + 1, _join_charged(w, total, charge, charge_joined))
     return total, pieces
 
 
