@@ -32,6 +32,7 @@ from functools import partial
 from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
+from .sandbox import _DICT_METHODS
 from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
                     is_undefined)
 
@@ -553,10 +554,10 @@ def _expr(w: _Writer, closure: Any) -> str:
         if operand_spec is not None and operand_spec[0] == "local" and \
                 w.hoists(operand_spec[1]):
             obj, is_dict = w.local(operand_spec[1])
-            return w.dict_read(obj, is_dict, key, _slow_read(w, obj, k, slow))
+            return w.dict_read(obj, is_dict, key, _slow_read(w, obj, key, slow, is_dict))
         obj = w.temporary()
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
-                f"else {_slow_read(w, obj, k, slow)})")
+                f"else {_slow_read(w, obj, key, slow, f'type({obj}) is dict')})")
     if kind == "index":
         # `messages[-1]`: a list holding that index, or a dict holding that key, is read
         # directly (as the closure reads them, free); anything else is the slow path
@@ -668,6 +669,9 @@ def _expr(w: _Writer, closure: Any) -> str:
         if (function is is_defined or function is is_undefined) and operand_spec is not None \
                 and operand_spec[0] == "lookup":
             _optional_key(w, operand_spec)
+            defined = _key_defined(w, operand_spec)
+            if defined is not None:
+                return defined if (function is is_defined) != negated else f"(not {defined})"
         written = _INLINE_TESTS.get(function)
         if written is None:
             call = f"{w.ref(function)}({_expr(w, operand)})"
@@ -747,6 +751,33 @@ def _expr(w: _Writer, closure: Any) -> str:
 MAX_SUM_OPERANDS = 12
 
 
+def _key_defined(w: _Writer, lookup_spec: tuple) -> Optional[str]:
+    """``message.reasoning_content is defined`` (or ``message['name']``) as a bool: a dict
+    answers by holding the key, one without it charged what the sandbox's path charges for
+    the Undefined it would make (which nothing else sees: as for a missing name, it is not
+    made); anything else reads the value as the lookup does. None for a key the sandbox
+    may answer otherwise for a dict (a method's name, a private one)."""
+    _, operand, key, slow = lookup_spec
+    if type(key) is not str or key in _DICT_METHODS or key[:1] == "_":
+        return None
+    k = w.ref(key)
+    w.names["_missing_key"] = _missing_key
+    operand_spec = getattr(operand, "spec", None)
+    if operand_spec is not None and operand_spec[0] == "local" and w.hoists(operand_spec[1]):
+        obj, is_dict = w.local(operand_spec[1])
+    else:
+        obj = w.temporary()
+        is_dict = f"type({obj} := {_expr(w, operand)}) is dict"
+    return (f"((not isinstance({obj}[{k}], _Undefined) if {k} in {obj} else _missing_key(ctx))"
+            f" if {is_dict} else not isinstance({_slow_read(w, obj, key, slow)}, _Undefined))")
+
+
+def _missing_key(ctx: Any) -> bool:
+    """A dict lacks the key a test asks about: the lookup's sandbox path charged, False."""
+    ctx.steps += SLOW_LOOKUP_STEPS
+    return False
+
+
 def _optional_key(w: _Writer, lookup_spec: tuple) -> None:
     """``message.name is defined``: the key (of a hoisted item) is one items may lack."""
     _, operand, key, _ = lookup_spec
@@ -755,16 +786,32 @@ def _optional_key(w: _Writer, lookup_spec: tuple) -> None:
         w.optional_keys.add((w.local(operand_spec[1])[0], w.ref(key)))
 
 
-def _slow_read(w: _Writer, obj: str, k: str, slow: Any) -> str:
-    """What a lookup does when ``obj`` is not a dict holding the key: an attribute of one
-    of the engine's namespaces is read as compiler._slow_getattr reads it, else ``slow``."""
+def _slow_read(w: _Writer, obj: str, key: str, slow: Any, is_dict: Optional[str] = None
+               ) -> str:
+    """What a lookup does when ``obj`` is not a dict holding ``key``: with ``is_dict`` (the
+    code telling whether it is a dict), a dict lacking it gives the sandbox's Undefined
+    (unless the key is a method's name or private: the sandbox may find an attribute), an
+    attribute of one of the engine's namespaces is read as compiler._slow_getattr reads
+    it, anything else takes ``slow``."""
+    k = w.ref(key)
     fallback = f"{w.ref(slow)}({obj}, {w.unsynced_scope()})"
-    if not getattr(slow, "namespace_attribute", False):
-        return fallback
-    w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
-    value = w.temporary()
-    return (f"({value} if type({obj}) in _NAMESPACE_TYPES and "
-            f"({value} := {obj}._attrs.get({k}, _M)) is not _M else {fallback})")
+    if getattr(slow, "namespace_attribute", False):
+        w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
+        value = w.temporary()
+        fallback = (f"({value} if type({obj}) in _NAMESPACE_TYPES and "
+                    f"({value} := {obj}._attrs.get({k}, _M)) is not _M else {fallback})")
+    if is_dict is not None and key not in _DICT_METHODS and key[:1] != "_":
+        # `message.tool_calls` of a message without them: most messages lack some key
+        w.names["_undefined_key"] = _undefined_key
+        fallback = f"(_undefined_key(ctx, {obj}, {k}) if {is_dict} else {fallback})"
+    return fallback
+
+
+def _undefined_key(ctx: Any, obj: dict, key: str) -> Any:
+    """A dict lacks the key read: the Undefined the sandbox gives for it, charged as the
+    lookup's sandbox path charges it."""
+    ctx.steps += SLOW_LOOKUP_STEPS
+    return ctx.sandbox.undefined(obj=obj, name=key)
 
 
 def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:

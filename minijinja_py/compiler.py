@@ -42,7 +42,7 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
                      check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
-from .sandbox import DIRECT_ATTRIBUTES
+from .sandbox import _DICT_METHODS, DIRECT_ATTRIBUTES
 from .runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined, LoopContext,
                       Macro, Namespace, StrictUndefined, Undefined, to_text as _to_text,
                       unsafe_undefined, wants_environment)
@@ -2664,8 +2664,18 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
     takes the sandbox, charged SLOW_LOOKUP_STEPS (codegen.py inlines both reads)."""
     through_sandbox = _slow_lookup(sandbox.getattr, name, node)
     reads_namespaces = name[:1] != "_"
+    # a dict's item or Undefined, as the sandbox answers for a dict (a method's name or a
+    # private one takes its full path)
+    item_or_undefined = reads_namespaces and name not in _DICT_METHODS
 
     def slow(obj: Any, scope: Scope) -> Any:
+        if item_or_undefined and type(obj) is dict:  # `message.tool_calls`, mostly absent
+            value = obj.get(name, MISSING)
+            if value is not MISSING:
+                return value
+            ctx = scope.ctx
+            ctx.steps += SLOW_LOOKUP_STEPS
+            return ctx.sandbox.undefined(obj=obj, name=name)
         if reads_namespaces and type(obj) in NAMESPACE_TYPES:
             value = obj._template_getattr(name)  # as the sandbox reads it
             if value is not MISSING:

@@ -296,6 +296,25 @@ CASES = [
     "{% for m in messages %}{% set r = m.role %}{% if r == 'user' %}{% set r = 'U' %}"
     "{% elif r == 'system' %}{% set r = r ~ r %}{% continue %}{% endif %}{{ r }}"
     "{% set n = loop.index %}{% if n > 2 %}{% break %}{% endif %}{{ n }}{% endfor %}",
+    # keys a dict lacks: the sandbox's Undefined (charged as its path charges it), read as a
+    # value or only tested for; a method's name, a private name, a dict holding an Undefined
+    # value, a str, a namespace and an Undefined's attribute go the sandbox's way
+    "{% for m in messages %}{{ m.n is defined }}{{ m['n'] is not defined }}"
+    "{{ m.name is undefined }}{{ m.items is defined }}{{ m['items'] is defined }}"
+    "{{ m._x is defined }}{{ m.content.x is defined }}{{ m.content.upper is defined }}|"
+    "{% endfor %}",
+    "{% for m in messages %}[{{ m.name }}|{{ m['name'] }}|{{ m.name | default('-') }}|"
+    "{{ m.name or 'x' }}|{{ m.name ~ m.role }}|{{ m.values is defined }}]"
+    "{% if m.name %}no{% endif %}{% if m.n is defined and m.n %}{{ m.n }}{% endif %}"
+    "{% endfor %}",
+    "{% macro f(m) %}{{ m.n is defined }}{{ m.name }}{{ m['name'] is defined }}"
+    "{{ m.role is defined }}{% endmacro %}{% for m in messages %}{{ f(m) }}{{ f(m.role) }}"
+    "{% endfor %}",
+    "{% set d = {'a': nothing, 'b': 1} %}{% set ns = namespace(a=1) %}{% for m in messages %}"
+    "{{ d.a is defined }}{{ d['a'] is defined }}{{ d.b is defined }}{{ d.c is defined }}"
+    "{{ ns.a is defined }}{{ ns.b is defined }}{{ m.n.x is defined }}{% endfor %}",
+    "{% for m in messages %}{{ m.x.y is defined }}{% endfor %}",
+
 ]
 
 
