@@ -1894,6 +1894,11 @@ class Compiler:
 
             return apply_without_arguments
 
+        if input_cost is None and not pass_env:
+            special = self.default_filter(node, function, args)
+            if special is not None:
+                return special
+
         def apply(scope: Scope, value: Any) -> Any:
             positional, keywords = args(scope)
             if function is None:
@@ -1918,6 +1923,32 @@ class Compiler:
             return result
 
         return apply
+
+    @staticmethod
+    def default_filter(node: n.Node, function: Any, args: Any
+                       ) -> Optional[Callable[[Scope, Any], Any]]:
+        """``x | default(y)``, the commonest filter given an argument, as ``apply`` runs the
+        engine's own: the argument evaluated, then chosen for an undefined value (and
+        charged as a new result is), without building the call's arguments. None for any
+        other filter or arguments."""
+        from .filters import do_default
+
+        spec = getattr(args, "spec", None)  # ("arguments", positional, keywords)
+        if function is not do_default or spec is None or len(spec[1]) != 1 or spec[2]:
+            return None
+        fallback = spec[1][0]
+
+        def apply_default(scope: Scope, value: Any) -> Any:
+            chosen = fallback(scope)
+            if isinstance(value, Undefined):
+                if chosen is not value:
+                    cost = size_cost(chosen)
+                    if cost:
+                        _charge(scope, cost, node)
+                return chosen
+            return value
+
+        return apply_default
 
     def e_filter(self, node: n.Node) -> Expr:
         operand = self.expr(node.node)

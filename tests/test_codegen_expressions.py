@@ -314,6 +314,12 @@ CASES = [
     "{{ d.a is defined }}{{ d['a'] is defined }}{{ d.b is defined }}{{ d.c is defined }}"
     "{{ ns.a is defined }}{{ ns.b is defined }}{{ m.n.x is defined }}{% endfor %}",
     "{% for m in messages %}{{ m.x.y is defined }}{% endfor %}",
+    # `default` given one argument (its own path): the argument evaluated and charged
+    # whichever value is chosen; an undefined default, the alias, `boolean` the general way
+    "{% set d = {'u': nothing} %}{% for m in messages %}{{ m.n | default(m.role ~ '!') }}|"
+    "{{ m.name | d([1, m.role]) }}|{{ m.name | default(m.name) }}|{{ d.u | default('u') }}|"
+    "{{ m.content | default('e', true) }}|{% for c in m.calls | default([]) %}{{ c }}"
+    "{% endfor %}{{ (m.n | default(range(3) | list)) | length }}{% endfor %}",
 
 ]
 
@@ -393,6 +399,24 @@ def test_generated_code_charges_the_same_steps(source: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     assert smallest_budget(source, DATA, True, monkeypatch) == \
         smallest_budget(source, DATA, False, monkeypatch)
+
+
+@pytest.mark.parametrize("source", [
+    "{% for m in messages %}{{ m.n | default(m.role ~ '!') }}{{ m.n | default([1, 2]) }}"
+    "{{ m.name | default(m.name) }}{% endfor %}",
+    "{% set long = 'x' * 600 %}{% for m in messages %}{{ m.name | default(long ~ long) }}"
+    "{{ m.n | default(long) }}{{ m.role | default(long ~ long) }}{% endfor %}",
+])
+def test_the_default_filters_own_path_charges_as_the_general_one(
+        source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``x | default(y)`` has a path of its own (Compiler.default_filter): its output and the
+    smallest step budget it fits in are those of the general filter path."""
+    own = mj.chat_environment().from_string(source).render(**DATA)
+    budgets = [smallest_budget(source, DATA, hot, monkeypatch) for hot in (False, True)]
+    with monkeypatch.context() as general:
+        general.setattr(compiler.Compiler, "default_filter", staticmethod(lambda *_: None))
+        assert mj.chat_environment().from_string(source).render(**DATA) == own
+        assert [smallest_budget(source, DATA, hot, general) for hot in (False, True)] == budgets
 
 
 def test_direct_attributes_are_what_the_sandbox_answers() -> None:
