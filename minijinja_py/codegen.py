@@ -681,10 +681,13 @@ def _expr(w: _Writer, closure: Any) -> str:
                                     "not " if negated else "") + ")"
     if kind == "filter":
         _, operand, apply, inline = spec
+        # (a filter given no arguments uses the scope for its ctx only: in a loop writing
+        # its variables lazily, they need not be written for it)
+        scope = w.unsynced_scope() if getattr(apply, "reads_no_variables", False) else "scope"
         if inline is None:
-            return f"{w.ref(apply)}(scope, {_expr(w, operand)})"
+            return f"{w.ref(apply)}({scope}, {_expr(w, operand)})"
         value = w.temporary()
-        slow = f"{w.ref(apply)}(scope, {value})"
+        slow = f"{w.ref(apply)}({scope}, {value})"
         if inline[0] == "len":  # `length` of an exact str, list, tuple or dict: free
             return f"(len({value}) if type({value} := {_expr(w, operand)}) in _SIZED else {slow})"
         if inline[0] == "same":  # `string` of a str: the str itself, free
@@ -849,9 +852,12 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     # measured, checked and charged before the string is built, as add_slowly does
     fixed_length = sum(len(constant) for constant, _ in operands if constant is not MISSING)
     lengths = _sum_code(fixed_length, [f"len({values[position]})" for position, _ in tests])
-    code = (f"({total} if {lengths} < 1000000 and "
-            f"(({built} := {built_sum}) < _CHARGED_FROM or "
-            f"{w.charge(charge_built, f'{built} >> {CHARS_SHIFT}')}) and "
+    if fixed_built >= 1 << CHARS_SHIFT:  # always charged: no test of the size
+        charged = w.charge(charge_built, f"({built_sum}) >> {CHARS_SHIFT}")
+    else:
+        charged = (f"(({built} := {built_sum}) < _CHARGED_FROM or "
+                   f"{w.charge(charge_built, f'{built} >> {CHARS_SHIFT}')})")
+    code = (f"({total} if {lengths} < 1000000 and {charged} and "
             f"(({total} := {_joined_strs(joined)}),) else {evaluated})")
     for position, test in reversed(tests):
         so_far = f"{w.ref(add_evaluated)}(({', '.join(values[:position + 1])},), scope)"
@@ -928,8 +934,11 @@ def _concat_pieces(w: _Writer, spec: tuple, depth: int) -> Tuple[str, List[Tuple
         pieces.append((False, piece))
     total = w.temporary()
     w.line(depth, f"{total} = {_sum_code(constant_length, lengths)}")
-    w.line(depth, f"if {total} >= _CHARGED_FROM:")
-    w.line(depth + 1, _join_charged(w, total, charge, charge_joined))
+    if constant_length >= 1 << CHARS_SHIFT:  # always charged
+        w.line(depth, _join_charged(w, total, charge, charge_joined))
+    else:
+        w.line(depth, f"if {total} >= _CHARGED_FROM:")
+        w.line(depth + 1, _join_charged(w, total, charge, charge_joined))
     return total, pieces
 
 

@@ -1892,6 +1892,7 @@ class Compiler:
                         _charge(scope, cost, node)
                 return result
 
+            apply_without_arguments.reads_no_variables = True  # type: ignore[attr-defined]
             return apply_without_arguments
 
         if input_cost is None and not pass_env:

@@ -314,6 +314,11 @@ CASES = [
     "{{ d.a is defined }}{{ d['a'] is defined }}{{ d.b is defined }}{{ d.c is defined }}"
     "{{ ns.a is defined }}{{ ns.b is defined }}{{ m.n.x is defined }}{% endfor %}",
     "{% for m in messages %}{{ m.x.y is defined }}{% endfor %}",
+    # filters on the general path in a loop that sets names: one given arguments reads them
+    # (the iteration's variables written first), one given none needs only the context
+    "{% for m in messages %}{% set sep = m.role ~ ':' %}{{ m.role | join(sep) }}"
+    "{{ m.content | trim }}{% set sep = sep ~ '!' %}{{ m.content | string | replace('e', sep) }}"
+    "{{ m.content | trim | length }}{{ sep }}{% endfor %}",
     # `default` given one argument (its own path): the argument evaluated and charged
     # whichever value is chosen; an undefined default, the alias, `boolean` the general way
     "{% set d = {'u': nothing} %}{% for m in messages %}{{ m.n | default(m.role ~ '!') }}|"
