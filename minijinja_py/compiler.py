@@ -1110,6 +1110,12 @@ class Compiler:
         parameters = tuple(
             (param, default, _constant_value(default)) for param, default in defaults)
         positions = {param: index for index, param in enumerate(arg_names)}
+        # the constant defaults of every parameter after the first, when all have one:
+        # `handle_role(role)` of `handle_role(role, add_space=True)` binds without bind
+        after_first = parameters[1:]
+        defaults_after_first = {param: constant for param, _, constant in after_first} \
+            if after_first and all(constant is not MISSING for _, _, constant in after_first) \
+            else None
         collects_specials = (wants_caller and not explicit_caller) or catch_kwargs or \
             catch_varargs
 
@@ -1187,6 +1193,17 @@ class Compiler:
                     local = {first_name: args[0]}
                 else:
                     local = dict(zip(arg_names, args))
+                scope = Scope(local, defining_scope, ctx)
+            elif defaults_after_first is not None and plain_parameters and not kwargs and \
+                    len(args) == 1:
+                # `handle_role(role)`: the rest take their constant defaults, as bind binds
+                # them (a dict made by zip() costs more than the call saves)
+                if fresh:
+                    local = fresh_variables(fresh, ctx)
+                    local[first_name] = args[0]
+                else:
+                    local = {first_name: args[0]}
+                local.update(defaults_after_first)
                 scope = Scope(local, defining_scope, ctx)
             else:
                 scope = bind(defining_scope, ctx, args, kwargs)

@@ -319,6 +319,13 @@ CASES = [
     "{% for m in messages %}{% set sep = m.role ~ ':' %}{{ m.role | join(sep) }}"
     "{{ m.content | trim }}{% set sep = sep ~ '!' %}{{ m.content | string | replace('e', sep) }}"
     "{{ m.content | trim | length }}{{ sep }}{% endfor %}",
+    # a macro given its first argument only: the others' constant defaults (bound without
+    # bind), a default that is not a constant, keywords and a body that sets names
+    "{% macro r(role, sp=True, n=none, s='x') %}{% set t = role ~ s %}{{ t }}{{ sp }}{{ n }}"
+    "{% endmacro %}{% macro q(role, b=1, l=[1]) %}{{ role }}{{ b }}{{ l }}"
+    "{% endmacro %}"
+    "{% for m in messages %}{{ r(m.role) }}{{ r(m.role, False) }}{{ r(m.role, n=1) }}"
+    "{{ q(m.role) }}{{ r() }}{% endfor %}",
     # `default` given one argument (its own path): the argument evaluated and charged
     # whichever value is chosen; an undefined default, the alias, `boolean` the general way
     "{% set d = {'u': nothing} %}{% for m in messages %}{{ m.n | default(m.role ~ '!') }}|"
