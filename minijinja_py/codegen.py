@@ -205,7 +205,9 @@ def _sync_function(target: str, stored: Dict[str, str], fresh: bool, uses_loop: 
     for name, local in stored.items():
         lines += [f"    if {local} is not _M:", f"        vars[{name!r}] = {local}"]
     lines.append("    return True")
-    arguments = ", ".join(["{}", "fresh" if fresh else "None", "loop", "{}"]
+    # (the starting variables are made when first written: most runs of a loop write none)
+    starting = "(fresh if fresh is not _M else (fresh := _fresh_variables(ctx)))"
+    arguments = ", ".join(["{}", starting if fresh else "None", "loop", "{}"]
                           + list(stored.values()))
     return f"_sync_locals({arguments})", lines
 
@@ -1629,6 +1631,8 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         sync_call, sync_lines = _sync_function(target, w.stored_locals, w.starts_fresh,
                                                uses_loop)
         lines = _sync_iteration_lazily(lines, sync_call.format("scope", item))
+        setup = ["fresh = _M" if line == "fresh = _fresh_variables(ctx)" else line
+                 for line in setup]
         prelude = prelude + ["_synced = False"] + \
             [f"{stored} = _M" for stored in w.stored_locals.values()]
     elif w.lazy_scope:
