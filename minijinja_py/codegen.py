@@ -730,7 +730,12 @@ def _expr(w: _Writer, closure: Any) -> str:
             found = (f"({value} in {w.ref(members)} if type({value} := {_expr(w, left)}) is str"
                      f"{charged} else {w.ref(check)}({value}, {_expr(w, right)}, scope))")
         else:
-            found = f"{w.ref(check)}({_expr(w, left)}, {_expr(w, right)}, scope)"
+            # `field in param`: a str key in a dict is looked up at once (nothing to charge,
+            # no user code); both sides evaluated, left first, before either is tested
+            key, obj = w.temporary(), w.temporary()
+            found = (f"({key} in {obj} if (type({key} := {_expr(w, left)}) is str) & "
+                     f"(type({obj} := {_expr(w, right)}) is dict) else "
+                     f"{w.ref(check)}({key}, {obj}, scope))")
         return f"(not {found})" if negate else found
     if kind in ("and", "or"):
         _, left, right, node = spec

@@ -319,6 +319,14 @@ CASES = [
     "{% for m in messages %}{% set sep = m.role ~ ':' %}{{ m.role | join(sep) }}"
     "{{ m.content | trim }}{% set sep = sep ~ '!' %}{{ m.content | string | replace('e', sep) }}"
     "{{ m.content | trim | length }}{{ sep }}{% endfor %}",
+    # `x in y` of two variables: a str key in a dict at once, anything else checked (and
+    # charged) by the closure: an int key, a list, a str, an undefined key, a list as a key
+    "{% set d = {'a': 1, 2: 'b'} %}{% set long = 'system, user; ' * 60 %}"
+    "{% set many = range(100) | list %}{% for m in messages %}{% set k = m.role %}{{ k in m }}"
+    "{{ k in long }}{{ k in many }}{{ k not in d }}{{ loop.index in d }}{{ k in [k] }}{{ k in m.role }}{{ m.n in d }}"
+    "{{ m.x in m }}|{% endfor %}",
+    "{% set d = {'a': 1} %}{% for m in messages %}{% set k = [m.role] %}{{ k in d }}"
+    "{% endfor %}",
     # a macro given its first argument only: the others' constant defaults (bound without
     # bind), a default that is not a constant, keywords and a body that sets names
     "{% macro r(role, sp=True, n=none, s='x') %}{% set t = role ~ s %}{{ t }}{{ sp }}{{ n }}"
