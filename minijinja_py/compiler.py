@@ -874,6 +874,8 @@ class Compiler:
 
         def for_stmt(scope: Scope, out: list) -> Any:
             value = iterable(scope)
+            if type(value) is list and not value and else_ is None:
+                return None  # `message.tool_calls | default([])`: nothing to do or charge
             looped = generated_loop[0] if generated_loop else None
             if looped is not None:
                 # `run` written out once the generated loop is made (only hot_charging_loop
@@ -901,6 +903,8 @@ class Compiler:
             """``for_stmt`` and ``run`` in one call, for the common loop (one name, no
             `else`, nothing bound in the body): an inner loop is entered for every message."""
             value = iterable(scope)
+            if type(value) is list and not value:
+                return None  # (as for_stmt)
             looped = generated_loop[0] if generated_loop else None
             if looped is not None:
                 # items_of and run_simple written out once the generated loop is made: the

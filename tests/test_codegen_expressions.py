@@ -439,6 +439,23 @@ def test_the_default_filters_own_path_charges_as_the_general_one(
         assert [smallest_budget(source, DATA, hot, general) for hot in (False, True)] == budgets
 
 
+@pytest.mark.parametrize("inner", [
+    "{% for c in m.calls | default(EMPTY) %}{{ c }}{% endfor %}",
+    "{% for c in m.calls | default(EMPTY) %}{% set x = c %}{{ x }}{% endfor %}",
+])
+def test_an_empty_list_is_looped_over_as_any_empty_iterable(
+        inner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop over an empty list returns at once (for_stmt, for_simple): it fits the budget
+    an empty tuple does, inside a loop and as the last thing a render does."""
+    for outer in ("{% for m in messages %}{{ m.role }}INNER{% endfor %}",
+                  "{% set m = messages[2] %}{{ m.role }}INNER"):  # the last thing it does
+        sources = [outer.replace("INNER", inner.replace("EMPTY", empty))
+                   for empty in ("[]", "()")]
+        for hot in (False, True):
+            assert smallest_budget(sources[0], DATA, hot, monkeypatch) == \
+                smallest_budget(sources[1], DATA, hot, monkeypatch)
+
+
 def test_direct_attributes_are_what_the_sandbox_answers() -> None:
     """DIRECT_ATTRIBUTES lets the compiler read an attribute after a type check: for every
     entry the sandbox's own answer must be the plain attribute, never a wrapper."""
