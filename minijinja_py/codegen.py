@@ -694,13 +694,16 @@ def _expr(w: _Writer, closure: Any) -> str:
             return f"(len({value}) if type({value} := {_expr(w, operand)}) in _SIZED else {slow})"
         if inline[0] == "same":  # `string` of a str: the str itself, free
             return f"({value} if type({value} := {_expr(w, operand)}) is str else {slow})"
-        # a str method: the str read and, when new, the result built, charged together
+        # a str method: the str read and, when new, the result built, charged together;
+        # none's text is 'None' (`message.content | trim` of a message making tool calls):
+        # the method's result on it, a constant too short to charge
         _, method, charge = inline
         result, steps = w.temporary(), w.temporary()
+        of_none = getattr(str(None), method)()
         return (f"({result} if type({value} := {_expr(w, operand)}) is str and "
                 f"(({steps} := (len({value}) >> {CHARS_SHIFT}) + (0 if ({result} := "
                 f"{value}.{method}()) is {value} else len({result}) >> {CHARS_SHIFT})) == 0 or "
-                f"{w.charge(charge, steps)}) else {slow})")
+                f"{w.charge(charge, steps)}) else {of_none!r} if {value} is None else {slow})")
     if kind == "eq_str":
         _, operand, constant, negate = spec
         return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"

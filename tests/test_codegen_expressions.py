@@ -319,6 +319,9 @@ CASES = [
     "{% for m in messages %}{% set sep = m.role ~ ':' %}{{ m.role | join(sep) }}"
     "{{ m.content | trim }}{% set sep = sep ~ '!' %}{{ m.content | string | replace('e', sep) }}"
     "{{ m.content | trim | length }}{{ sep }}{% endfor %}",
+    # str-method filters of none (its text, 'None', without a call), an int, an undefined
+    "{% for m in messages %}{{ m.n | trim }}{{ m.n | upper }}{{ m.n | lower }}"
+    "{{ m.n | capitalize }}{{ (m.content | trim) ~ '|' }}{% endfor %}",
     # `x in y` of two variables: a str key in a dict at once, anything else checked (and
     # charged) by the closure: an int key, a list, a str, an undefined key, a list as a key
     "{% set d = {'a': 1, 2: 'b'} %}{% set long = 'system, user; ' * 60 %}"
