@@ -834,12 +834,12 @@ def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
     strings built are charged as ``add_slowly`` charges them: every intermediate sum's
     length, ``len(a + b) + len(a + b + c) + ...``."""
     _, operands, add_evaluated, charge_built = spec
+    count = len(operands)
+    if count == 2:  # `ns.count + 1` too: two ints or two strs
+        return _add_two(w, operands, add_evaluated, charge_built)
     if any(constant is not MISSING and type(constant) is not str for constant, _ in operands) \
             or sum(constant is MISSING for constant, _ in operands) > MAX_SUM_OPERANDS:
         return f"{w.ref(closure)}(scope)"
-    count = len(operands)
-    if count == 2:
-        return _add_two(w, operands, add_evaluated, charge_built)
     values: List[str] = []
     tests: List[str] = []  # (position, condition) of each evaluated operand, in order
     fixed_built = 0

@@ -319,6 +319,13 @@ CASES = [
     "{% for m in messages %}{% set sep = m.role ~ ':' %}{{ m.role | join(sep) }}"
     "{{ m.content | trim }}{% set sep = sep ~ '!' %}{{ m.content | string | replace('e', sep) }}"
     "{{ m.content | trim | length }}{{ sep }}{% endfor %}",
+    # `a + b` with a constant that is not a str: two ints inline, anything else (a float, a
+    # huge int, none, a str and an int, lists) the closure's way, errors located
+    "{% for m in messages %}{% if m.n is number %}{{ m.n + 1 }}{{ 1 + m.n }}{{ m.n + 0.5 }}"
+    "{{ big + 1 }}{% endif %}{{ 'x' + m.role }}{{ [1] + [loop.index] }}{{ loop.index + 1 }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ m.n + 1 }}{% endfor %}",
+    "{% for m in messages %}{{ m.role + 1 }}{% endfor %}",
     # str-method filters of none (its text, 'None', without a call), an int, an undefined
     "{% for m in messages %}{{ m.n | trim }}{{ m.n | upper }}{{ m.n | lower }}"
     "{{ m.n | capitalize }}{{ (m.content | trim) ~ '|' }}{% endfor %}",
