@@ -333,7 +333,8 @@ CASES = [
     # charged) by the closure: an int key, a list, a str, an undefined key, a list as a key
     "{% set d = {'a': 1, 2: 'b'} %}{% set long = 'system, user; ' * 60 %}"
     "{% set many = range(100) | list %}{% for m in messages %}{% set k = m.role %}{{ k in m }}"
-    "{{ k in long }}{{ k in many }}{{ k not in d }}{{ loop.index in d }}{{ k in [k] }}{{ k in m.role }}{{ m.n in d }}"
+    "{{ k in long }}{{ k in many }}{{ k not in d }}{{ loop.index in d }}{{ k in [k] }}"
+    "{{ k in m.role }}{{ m.n in d }}"
     "{{ m.x in m }}|{% endfor %}",
     "{% set d = {'a': 1} %}{% for m in messages %}{% set k = [m.role] %}{{ k in d }}"
     "{% endfor %}",
