@@ -30,9 +30,10 @@ import re
 from functools import partial
 
 from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
+from .compiler import undefined_item
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
-from .sandbox import _DICT_METHODS
+from .sandbox import dict_item_only
 from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
                     is_undefined)
 
@@ -771,7 +772,7 @@ def _key_defined(w: _Writer, lookup_spec: tuple) -> Optional[str]:
     made); anything else reads the value as the lookup does. None for a key the sandbox
     may answer otherwise for a dict (a method's name, a private one)."""
     _, operand, key, slow = lookup_spec
-    if type(key) is not str or key in _DICT_METHODS or key[:1] == "_":
+    if type(key) is not str or not dict_item_only(key):
         return None
     k = w.ref(key)
     w.names["_missing_key"] = _missing_key
@@ -813,18 +814,11 @@ def _slow_read(w: _Writer, obj: str, key: str, slow: Any, is_dict: Optional[str]
         value = w.temporary()
         fallback = (f"({value} if type({obj}) in _NAMESPACE_TYPES and "
                     f"({value} := {obj}._attrs.get({k}, _M)) is not _M else {fallback})")
-    if is_dict is not None and key not in _DICT_METHODS and key[:1] != "_":
+    if is_dict is not None and dict_item_only(key):
         # `message.tool_calls` of a message without them: most messages lack some key
-        w.names["_undefined_key"] = _undefined_key
-        fallback = f"(_undefined_key(ctx, {obj}, {k}) if {is_dict} else {fallback})"
+        w.names["_undefined_item"] = undefined_item
+        fallback = f"(_undefined_item(ctx, {obj}, {k}) if {is_dict} else {fallback})"
     return fallback
-
-
-def _undefined_key(ctx: Any, obj: dict, key: str) -> Any:
-    """A dict lacks the key read: the Undefined the sandbox gives for it, charged as the
-    lookup's sandbox path charges it."""
-    ctx.steps += SLOW_LOOKUP_STEPS
-    return ctx.sandbox.undefined(obj=obj, name=key)
 
 
 def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
@@ -1594,11 +1588,8 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
                "if ctx.steps > ctx.max_steps or ctx.output_size > max_output:",
                "    return True"]
     setup = []
-    if fresh is not None:
-        # made once per run of the loop: undefined values are immutable, each iteration
-        # starts from the same ones
+    if fresh is not None:  # (made as _loop_function decides)
         w.names["_fresh_variables"] = fresh
-        setup.append("fresh = _fresh_variables(ctx)")
     return _loop_function(w, body, target, uses_loop, prelude, setup, stable_items)
 
 
@@ -1639,14 +1630,17 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         sync_call, sync_lines = _sync_function(target, w.stored_locals, w.starts_fresh,
                                                uses_loop)
         lines = _sync_iteration_lazily(lines, sync_call.format("scope", item))
-        setup = ["fresh = _M" if line == "fresh = _fresh_variables(ctx)" else line
-                 for line in setup]
         prelude = prelude + ["_synced = False"] + \
             [f"{stored} = _M" for stored in w.stored_locals.values()]
     elif w.lazy_scope:
         prelude = prelude + ["vars.clear()"] + \
             (["vars.update(fresh)"] if w.starts_fresh else []) + \
             (["vars['loop'] = loop"] if uses_loop else [])
+    if w.starts_fresh:
+        # the iteration's starting (undefined) values, immutable: made once per run of the
+        # loop, when it first writes its variables if it writes them lazily (most runs
+        # write none), else as it starts
+        setup = setup + ["fresh = _M" if synced_lazily else "fresh = _fresh_variables(ctx)"]
     if w.lazy_scope:
         setup = setup + ["_iteration_vars = vars", "_scope = scope"] + \
             ([] if synced_lazily else ["_synced = True"])

@@ -42,7 +42,7 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
                      check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
-from .sandbox import _DICT_METHODS, DIRECT_ATTRIBUTES
+from .sandbox import DIRECT_ATTRIBUTES, dict_item_only
 from .runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined, LoopContext,
                       Macro, Namespace, StrictUndefined, Undefined, to_text as _to_text,
                       unsafe_undefined, wants_environment)
@@ -2719,16 +2719,14 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
     reads_namespaces = name[:1] != "_"
     # a dict's item or Undefined, as the sandbox answers for a dict (a method's name or a
     # private one takes its full path)
-    item_or_undefined = reads_namespaces and name not in _DICT_METHODS
+    item_or_undefined = dict_item_only(name)
 
     def slow(obj: Any, scope: Scope) -> Any:
         if item_or_undefined and type(obj) is dict:  # `message.tool_calls`, mostly absent
             value = obj.get(name, MISSING)
             if value is not MISSING:
                 return value
-            ctx = scope.ctx
-            ctx.steps += SLOW_LOOKUP_STEPS
-            return ctx.sandbox.undefined(obj=obj, name=name)
+            return undefined_item(scope.ctx, obj, name)
         if reads_namespaces and type(obj) in NAMESPACE_TYPES:
             value = obj._template_getattr(name)  # as the sandbox reads it
             if value is not MISSING:
@@ -2737,6 +2735,14 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
 
     slow.namespace_attribute = reads_namespaces  # type: ignore[attr-defined]
     return slow
+
+
+def undefined_item(ctx: RenderContext, obj: dict, key: str) -> Any:
+    """A dict lacks ``key`` (one :func:`sandbox.dict_item_only` allows): the undefined value
+    the sandbox gives for it, charged what a lookup's sandbox path charges (generated code
+    calls it too)."""
+    ctx.steps += SLOW_LOOKUP_STEPS
+    return ctx.sandbox.undefined(obj=obj, name=key)
 
 
 def _slow_lookup(lookup: Callable[[Any, Any], Any], key: Any, node: n.Node

@@ -37,6 +37,14 @@ _UNSAFE_GENERATOR_ATTRIBUTES = frozenset({"gi_frame", "gi_code", "gi_yieldfrom",
                                           "ag_await"})
 _MUTABLE_BASES = tuple(MUTATORS)
 _DICT_METHODS = frozenset(METHODS[dict])
+
+
+def dict_item_only(key: str) -> bool:
+    """Whether a plain dict answers ``key`` (by attribute or item) with its item or an
+    undefined value, never an attribute: not one of its methods' names, not private. Code
+    reading such keys itself (compiler.py, codegen.py) asks this as it is compiled; the
+    lookups below test the same inline."""
+    return key not in _DICT_METHODS and key[:1] != "_"
 _NUMBER_ATTRIBUTES = frozenset({"real", "imag", "numerator", "denominator"})
 #: Plain types whose subclasses (made by the host: namedtuples, dict subclasses) show their
 #: own attributes too; the plain types themselves have none besides their methods.
@@ -229,4 +237,4 @@ def current_sandbox() -> Sandbox:
 
 
 __all__ = ["Sandbox", "current_sandbox", "is_safe_attribute", "METHODS",
-           "DIRECT_ATTRIBUTES"]
+           "DIRECT_ATTRIBUTES", "dict_item_only"]
