@@ -52,6 +52,12 @@ from .runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined,
 HOT_ITERATIONS = 40
 #: A template's own body, a macro's or a block's, once it has run this many times.
 HOT_CALLS = 16
+#: During a template's first render both thresholds are this many times higher. Generating
+#: and compiling Python costs milliseconds (a macro run for every tool parameter made
+#: jamba's first render 1.3 -> 4.5 ms), which a template rendered once, as in a fresh
+#: process, never earns back; rendered again, a template generates what is hot from its
+#: second render on, the runs of the first counted.
+FIRST_RENDER_FACTOR = 10
 
 
 # codegen.py (and compile()) only once something is hot: a cold start never imports it
@@ -262,6 +268,10 @@ class Compiler:
         # symbol table sees every function before its compiler sees a call).
         self.duplicate_parameter: Optional[TemplateSyntaxError] = None
         self.repeated_keyword: Optional[TemplateSyntaxError] = None
+        # The template's own body's hot state (hot_switching): its runs, one per render
+        # started (until it is generated, after HOT_CALLS renders), and its generated
+        # function. Every hot threshold reads the runs (see FIRST_RENDER_FACTOR).
+        self.renders: List[Any] = [0, None]
 
     def frame(self, statements: List[n.Node], declared: Tuple[str, ...] = (),
               extra: Tuple[n.Node, ...] = ()) -> Tuple[Stmt, Tuple[str, ...]]:
@@ -309,22 +319,29 @@ class Compiler:
         refused = self.duplicate_parameter or self.repeated_keyword
         if refused is not None:
             raise refused
-        return self.hot_switching(root), fresh, dict(self.blocks)
+        hot_root = self.hot_switching(root, self.renders)
+        if hot_root is root:  # renders are not counted: every one is past the first
+            self.renders[0] = 2
+        return hot_root, fresh, dict(self.blocks)
 
     def subtree_facts(self, root: n.Node) -> Dict[int, int]:
         """_subtree_facts with this environment's filters and tests."""
         return _subtree_facts(root, self.env.filters, self.env.tests)
 
-    def hot_switching(self, body: Stmt) -> Stmt:
+    def hot_switching(self, body: Stmt, state: Optional[List[Any]] = None) -> Stmt:
         """``body`` (of the template, a macro, a block: any frame but a loop's, which
         loops generate themselves), switching to its generated Python
         (codegen.generate) once it has run :data:`HOT_CALLS` times: a template rendered
         again and again, a macro called for every tool, runs as one function; a cold start
-        does not pay for ``compile()``."""
+        does not pay for ``compile()``. ``state``: the list to keep its runs and generated
+        function in (the template's own body's is ``self.renders``)."""
         if not self.generates_code or getattr(body, "spec", None) is None:
             return body
         hot_after = HOT_CALLS
-        state: List[Any] = [0, None]  # runs so far, the generated function
+        first_render_hot_after = HOT_CALLS * FIRST_RENDER_FACTOR
+        if state is None:
+            state = [0, None]  # runs so far, the generated function
+        renders = self.renders
         binds = self.frame_stores  # (every caller has just compiled the frame of ``body``)
 
         def run_hot(scope: Scope, out: list) -> Any:
@@ -332,7 +349,8 @@ class Compiler:
             if generated is not None:
                 return generated(scope, out)
             state[0] += 1
-            if state[0] >= hot_after:
+            runs = state[0]
+            if runs >= hot_after and (renders[0] > 1 or runs >= first_render_hot_after):
                 state[1] = generated = generate_body(body, binds)
                 return generated(scope, out)
             return body(scope, out)
@@ -660,11 +678,14 @@ class Compiler:
         generated_loop: List[Any] = []
         iterations = [0]
         hot_after = HOT_ITERATIONS if self.generates_code else float("inf")
+        first_render_hot_after = hot_after * FIRST_RENDER_FACTOR
+        renders = self.renders
         env = self.env
 
         def is_hot(count: int) -> bool:
             iterations[0] += count
-            return iterations[0] >= hot_after
+            done = iterations[0]
+            return done >= hot_after and (renders[0] > 1 or done >= first_render_hot_after)
 
         def hot_body() -> Stmt:
             if not generated:

@@ -188,12 +188,8 @@ def _escaped_size(text: str, escaping: str) -> int:
         if (text.isprintable() and (escaping == "json" or text.isascii())
                 and '"' not in text and "\\" not in text):
             return len(text) + 2
-        import json
-
-        ensure_ascii = escaping == "json_ascii"
-
-        def convert(chunk: str) -> str:
-            return json.dumps(chunk, ensure_ascii=ensure_ascii)
+        _, encode, encode_ascii = json_parts()
+        convert = encode_ascii if escaping == "json_ascii" else encode  # json.dumps of a str
         total = 2
     for start in range(0, len(text), _MEASURE_CHUNK):
         total += len(convert(text[start:start + _MEASURE_CHUNK])) - 2
@@ -821,6 +817,24 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {_python_type_name(value)} is not JSON serializable")
 
 
+_JSON_PARTS: List[Tuple[Any, Any, Any]] = []
+
+
+def json_parts() -> Tuple[Any, Any, Any]:
+    """(C encoder factory or None, encode_basestring, encode_basestring_ascii): the parts of
+    ``json.dumps`` that tojson uses, taken from CPython's ``_json`` module itself. Importing
+    the json package for them also imports its decoder, which compiles regular expressions:
+    2 ms of the first render of a template with ``tojson`` in a fresh process."""
+    if not _JSON_PARTS:
+        try:
+            from _json import encode_basestring, encode_basestring_ascii, make_encoder
+        except ImportError:  # pragma: no cover - another interpreter: json's own choice
+            from json.encoder import (c_make_encoder as make_encoder, encode_basestring,
+                                      encode_basestring_ascii)
+        _JSON_PARTS.append((make_encoder, encode_basestring, encode_basestring_ascii))
+    return _JSON_PARTS[0]
+
+
 def _c_json_dumps(value: Any, ensure_ascii: bool, sort_keys: bool,
                   check_circular: bool = True) -> str:
     """``json.dumps(value, ensure_ascii=..., sort_keys=..., default=_json_default)`` without
@@ -832,10 +846,10 @@ def _c_json_dumps(value: Any, ensure_ascii: bool, sort_keys: bool,
         encoder = _TREE_ENCODERS.get((ensure_ascii, sort_keys))
         if encoder is not None:
             return "".join(encoder(value, 0))
-    import json
-    from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii
-
+    c_make_encoder, encode_basestring, encode_basestring_ascii = json_parts()
     if c_make_encoder is None:  # pragma: no cover - CPython always has it
+        import json
+
         return json.dumps(value, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
                           default=_json_default)
     encoder = c_make_encoder({} if check_circular else None, _json_default,

@@ -21,7 +21,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Optional, Tuple
 
-from json.encoder import encode_basestring, encode_basestring_ascii
+from .filters import json_parts
+
+_, encode_basestring, encode_basestring_ascii = json_parts()
 
 __all__ = ["plain_dumps"]
 

@@ -107,6 +107,9 @@ def unescape_string(literal: str, at: Optional[Tuple[int, int]] = None) -> str:
     body = literal[1:-1]
     if "\\" not in body:
         return body
+    simple = _simple_unescape(body)
+    if simple is not None:
+        return simple
     try:
         with warnings.catch_warnings():
             # Python warns about unknown escapes such as "\d"; Jinja2 keeps them verbatim.
@@ -115,6 +118,34 @@ def unescape_string(literal: str, at: Optional[Tuple[int, int]] = None) -> str:
     except Exception as exc:  # noqa: BLE001 - any codec complaint is a syntax error
         line, column = at if at is not None else (None, None)
         raise TemplateSyntaxError(str(exc).split(":")[-1].strip(), line, column) from None
+
+
+#: The escapes most templates use, decoded as Python's unicode-escape codec decodes them
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "'": "'", '"': '"'}
+
+
+def _simple_unescape(body: str) -> Optional[str]:
+    """``body`` decoded when its only escapes are :data:`_SIMPLE_ESCAPES`, else None (for
+    the codec, whose module a cold start then never imports)."""
+    parts = body.split("\\")
+    decoded = [parts[0]]
+    index, last = 1, len(parts) - 1
+    while index <= last:
+        part = parts[index]
+        if part:
+            character = _SIMPLE_ESCAPES.get(part[0])
+            if character is None:
+                return None
+            decoded.append(character)
+            decoded.append(part[1:])
+            index += 1
+        elif index < last:  # an escaped backslash: the text after it is plain
+            decoded.append("\\")
+            decoded.append(parts[index + 1])
+            index += 2
+        else:  # a lone backslash at the end
+            return None
+    return "".join(decoded)
 
 
 _LONG_INT = 4300  # characters: shorter integer literals always convert (Python's default limit)

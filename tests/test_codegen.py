@@ -32,6 +32,7 @@ import reference_jinja2  # noqa: E402  # the Jinja2 reference (a test dependency
 @pytest.fixture(autouse=True)
 def _every_loop_is_hot(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     monkeypatch.setattr(compiler, "HOT_CALLS", 1)
 
 

@@ -359,6 +359,7 @@ CASES = [
 def hot_after(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     hot_after = 1 if request.param == "generated" else float("inf")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", hot_after)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     monkeypatch.setattr(compiler, "HOT_CALLS", hot_after)
     return request.param
 
@@ -386,6 +387,7 @@ def test_inline_paths_match_jinja2(source: str, hot_after: str) -> None:
 def _fits(source: str, data: Dict[str, Any], max_steps: int, hot: bool,
           monkeypatch: pytest.MonkeyPatch) -> bool:
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
     env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
     try:
@@ -488,9 +490,36 @@ def test_direct_attributes_are_what_the_sandbox_answers() -> None:
                     not callable(getattr(obj, name))
 
 
+def test_a_templates_first_render_generates_only_what_runs_far_more_often(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a template's first render a loop or a macro is generated once it has run
+    FIRST_RENDER_FACTOR times its threshold, not at the threshold: rendered once (a fresh
+    process) it is not worth compile(). The second render generates what the first ran
+    often enough, its runs counted; the output is Jinja2's every time."""
+    loops = spy_on(monkeypatch, "generate_loop")
+    bodies = spy_on(monkeypatch, "generate_body")
+    source = ("{% macro show(x) %}<{{ x }}>{% endmacro %}"
+              "{% for m in ms %}{{ show(m) }}{% endfor %}")
+    reference = reference_jinja2.make_environment().from_string(source)
+    few = list(range(max(compiler.HOT_ITERATIONS, compiler.HOT_CALLS) + 1))
+    template = mj.chat_environment().from_string(source)
+    assert template.render(ms=few) == reference.render(ms=few)
+    assert (loops, bodies) == ([], [])  # past both thresholds, not past ten times them
+    assert template.render(ms=few) == reference.render(ms=few)
+    assert [f.__name__ for f in loops] == ["generated_loop"]
+    assert [f.__name__ for f in bodies] == ["generated_body"]  # the macro's
+    loops.clear()
+    bodies.clear()
+    many = list(range(compiler.HOT_ITERATIONS * compiler.FIRST_RENDER_FACTOR))
+    assert mj.chat_environment().from_string(source).render(ms=many) == reference.render(ms=many)
+    assert [f.__name__ for f in loops] == ["generated_loop"]
+    assert [f.__name__ for f in bodies] == ["generated_body"]
+
+
 def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     made = spy_on(monkeypatch, "generate_charging_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = "{% for m in messages %}{% set c = m.role + '!' %}{{ c }}{% endfor %}"
     assert mj.chat_environment().from_string(source).render(**DATA) == \
         "system!user!assistant!user!tool!"
@@ -499,6 +528,7 @@ def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) 
 
 def test_limits_stop_a_generated_loop_that_assigns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = "{% for i in range(100000) %}\n{% set x = 'abc' ~ i %}{{ x }}{% endfor %}"
     env = mj.chat_environment(limits=mj.Limits(max_steps=20_000))
     with pytest.raises(mj.LimitExceededError) as steps:
@@ -515,6 +545,7 @@ def test_the_generated_code_can_be_shown(monkeypatch: pytest.MonkeyPatch,
     """MINIJINJA_PY_SHOW_CODE prints each generated function, its names explained and its
     statements marked with their template lines; the code runs the same."""
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     monkeypatch.setenv("MINIJINJA_PY_SHOW_CODE", "1")
     source = "{% for m in messages %}\n{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
     shown = mj.chat_environment().from_string(source).render(**DATA)
@@ -534,6 +565,7 @@ def test_sums_over_the_limit_are_refused_before_they_are_built(
     import tracemalloc
 
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     monkeypatch.setattr(compiler, "HOT_CALLS", 1)
     big = "x" * 700_000
     env = mj.chat_environment(limits=mj.Limits(max_string_size=1_000_000))
@@ -557,6 +589,7 @@ def test_printed_joins_are_measured_and_put_out_in_pieces(
     output as they are, no joined copy made."""
     made = spy_on(monkeypatch, "generate_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = "{% for m in messages %}{{ '<' ~ m.role ~ '>' ~ m.content ~ 1 }}{% endfor %}"
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
@@ -620,6 +653,7 @@ def test_loops_calling_pure_functions_read_each_key_once(monkeypatch: pytest.Mon
     the names it calls hold them; a clock the user passes makes strftime_now impure."""
     made = spy_on(monkeypatch, "generate_charging_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = "{% for m in messages %}{% set n = loop.index %}{% if m.role == 'x' %}" \
              "{{ raise_exception('no ' + m.role) }}{% endif %}{{ n }}{{ m.role }}{% endfor %}"
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
@@ -634,6 +668,7 @@ def test_loops_calling_pure_functions_read_each_key_once(monkeypatch: pytest.Mon
 def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
     made = spy_on(monkeypatch, "generate_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     stable = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
              "{{ m.content }}{% endfor %}"
     calling = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
@@ -662,6 +697,7 @@ def test_keys_tested_for_are_never_read_early(monkeypatch: pytest.MonkeyPatch) -
     read. Such keys are read where used; the others early, as ever."""
     made = spy_on(monkeypatch, "generate_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = "{% for m in messages %}{% if 'n' in m and m.n %}{{ m.n }}{{ m.role }}" \
              "{% elif m.content is defined %}{{ m.content }}{{ m.role }}{% endif %}" \
              "{{ m.content }}{{ m['n'] }}{{ m.role }}{% endfor %}"
@@ -712,6 +748,7 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
 
     made = spy_on(monkeypatch, "generate_loop")
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = ("{% for m in messages %}{% if m.n %}{{ m.role + ':' + m.n|string }}"
               "{% elif m.role == 'user' %}{{ m.role|upper }}{% endif %}{% endfor %}")
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
@@ -751,6 +788,7 @@ def _limited_outcome(source: str, hot: bool, monkeypatch: pytest.MonkeyPatch,
     """The output, or where the limit's error falls, with everything generated (``hot``)
     or with closures only."""
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
     env = mj.chat_environment(limits=mj.Limits(**limits))
     try:

@@ -70,12 +70,40 @@ def test_a_cold_render_loads_no_extension_module_it_can_do_without() -> None:
     code = ("import sys, datetime; before = set(sys.modules)\n"
             "import minijinja_py as mj\n"
             "env = mj.chat_environment(now=datetime.datetime(2025, 1, 1))\n"
-            "env.from_string('{% for m in messages %}{{ m.role|trim }}{# c #}{% endfor %}')"
-            ".render(messages=[{'role': 'user'}])\n"
+            "env.from_string('{% for m in messages %}{{ m.role|trim }}{# c #}{% endfor %}"
+            "{{ \"\\\\n\" ~ tools|tojson }}')"
+            ".render(messages=[{'role': 'user'}], tools=[{'name': 'f'}])\n"
             "print(' '.join(sorted(set(sys.modules) - before)))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.split()
+    # json: the package (its decoder compiles regular expressions), not its C module;
+    # encodings.unicode_escape: the codec of rarer escapes than "\n"
     for unwanted in ("zlib", "bisect", "contextvars", "hashlib", "threading", "typing",
-                     "minijinja_py.jsonfast", "minijinja_py.codegen"):
+                     "minijinja_py.jsonfast", "minijinja_py.codegen", "json", "json.decoder",
+                     "encodings.unicode_escape"):
         assert unwanted not in loaded, unwanted
     assert "minijinja_py.fastimport" in loaded
+
+
+def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
+    """parser._simple_unescape: every string of up to five characters from these, decoded
+    as Python's unicode-escape codec decodes it (Jinja2's way), or left to the codec."""
+    import itertools
+    import warnings
+
+    from minijinja_py.parser import _simple_unescape
+
+    alphabet = ["\\", "n", "t", "r", "'", '"', "x", "0", "é", "\n"]
+    decoded_here = 0
+    for size in range(6):
+        for characters in itertools.product(alphabet, repeat=size):
+            body = "".join(characters)
+            simple = _simple_unescape(body)
+            if simple is None:
+                continue
+            decoded_here += 1
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                codec = body.encode("ascii", "backslashreplace").decode("unicode-escape")
+            assert simple == codec, body
+    assert decoded_here > 50_000

@@ -101,12 +101,12 @@ def _guard_process() -> Any:
     # random data has loops on both sides of that line, so both evaluators get fuzzed.
     from minijinja_py import compiler
 
-    saved_threshold = compiler.HOT_ITERATIONS
-    compiler.HOT_ITERATIONS = 3
+    saved = compiler.HOT_ITERATIONS, compiler.FIRST_RENDER_FACTOR
+    compiler.HOT_ITERATIONS, compiler.FIRST_RENDER_FACTOR = 3, 1
     try:
         yield
     finally:
-        compiler.HOT_ITERATIONS = saved_threshold
+        compiler.HOT_ITERATIONS, compiler.FIRST_RENDER_FACTOR = saved
         signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, saved_limit)
         if saved_env is None:

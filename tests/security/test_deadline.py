@@ -74,6 +74,7 @@ def test_deadline_stops_generated_loops_too(source: str, monkeypatch: pytest.Mon
     from minijinja_py import compiler
 
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1, raising=False)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1, raising=False)
     elapsed = _deadline_error(source, 0.5)
     assert 0.5 <= elapsed < 0.5 + LATE
 
