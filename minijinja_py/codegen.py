@@ -218,6 +218,16 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EARLY_READ = re.compile(r"_r[0-9]+")
 
 
+def _known_true(lines: List[str], flags: List[str]) -> List[str]:
+    """``lines`` with each read of the variables ``flags`` (``_d0``: whether an item is a
+    dict) made the constant True, in the copy of a body that only runs when they are:
+    Python's compiler then drops the tests."""
+    import tokenize
+
+    return _rewritten(lines, [(token.start, token.end, "True") for token in _tokens(lines)
+                              if token.type == tokenize.NAME and token.string in flags])
+
+
 def _aliased(lines: List[str]) -> List[str]:
     """``lines`` with each temporary that only ever takes the value of an early read
     (``type(_t2 := _r0) is str``, see _Writer.resolve_reads) replaced by that read's own
@@ -436,14 +446,15 @@ class _Writer:
         self.reads.append((obj, is_dict, k, fallback))
         return f"\x00{len(self.reads) - 1}\x00"
 
-    def resolve_reads(self) -> None:
+    def resolve_reads(self, end_of_iteration: List[str]) -> None:
         """Put the reads back into the lines written (placeholders of dict_read).
 
         Keys read more than once per iteration are read as it starts. When the items hold
-        all of them (the common case), the body runs with those values as they are;
-        otherwise a second copy of the body runs, where each read of a missing key (or of an
-        item that is not a dict) takes the sandbox path. Without such keys, one copy.
-        The lines become the iteration's whole body."""
+        all of them (the common case), the body runs with those values as they are and the
+        item known to be a dict, then ``end_of_iteration`` (lines of the loop's own that
+        follow the body), then the next iteration; otherwise a second copy of the body
+        runs, where each read of a missing key (or of an item that is not a dict) takes the
+        sandbox path. Without such keys, one copy. The lines become the iteration's body."""
         uses: Dict[Tuple[str, str], int] = {}
         for obj, _, k, _ in self.reads:
             uses[(obj, k)] = uses.get((obj, k), 0) + 1
@@ -490,17 +501,17 @@ class _Writer:
                 is_dicts.append(is_dict)
         # each key looked up once: an exact dict's item read with a str key fails only
         # with KeyError (a `key in obj` test before each read would look it up twice)
+        # (the copy that has them all is written in the `else` of the `try`, outside its
+        # handler, and goes on to the next iteration itself: no flag set and tested)
         fast = [f"{depth}if {stable}{' and '.join(is_dicts)}:", f"{depth}    try:"]
         fast += [f"{depth}        {name} = {obj}[{k}]" for (obj, k), (name, _) in early.items()]
-        fast += [f"{depth}    except KeyError:", f"{depth}        _all_read = False",
-                 f"{depth}    else:", f"{depth}        _all_read = True",
-                 f"{depth}else:", f"{depth}    _all_read = False",
-                 f"{depth}if _all_read:"]
-        fast += ["    " + line for line in _aliased(resolve(True))]
-        fast += [f"{depth}else:"]
-        fast += [f"{depth}    {name} = {obj}.get({k}, _M) if {stable}{is_dict} else _M"
+        fast += [f"{depth}    except KeyError:", f"{depth}        pass", f"{depth}    else:"]
+        fast += ["        " + line
+                 for line in _known_true(_aliased(resolve(True)), is_dicts) + end_of_iteration]
+        fast += [f"{depth}        continue"]
+        fast += [f"{depth}{name} = {obj}.get({k}, _M) if {stable}{is_dict} else _M"
                  for (obj, k), (name, is_dict) in early.items()]
-        fast += ["    " + line for line in resolve(False)]
+        fast += resolve(False)
         self.lines = fast
 
     def ref(self, obj: Any) -> str:
@@ -1311,13 +1322,14 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
 
 def _emit(w: _Writer, depth: int, pieces: List[Tuple[bool, str]]) -> None:
     """Put ``pieces``, each (True, text) or (False, the name of a str value), in the output:
-    one ``extend`` with a tuple (faster than an append each; unlike joining them first, no
-    copy of long messages, so output costs no more memory than the closures')."""
+    a tuple added to the list (``out += (...)``: the list's extend without a method call,
+    faster than an append each; unlike joining them first, no copy of long messages, so
+    output costs no more memory than the closures')."""
     if len(pieces) == 1:
         is_text, piece = pieces[0]
         w.line(depth, f"append({repr(piece) if is_text else piece})")
     else:
-        w.line(depth, f"out.extend({_pieces_tuple(pieces)})")
+        w.line(depth, f"out += {_pieces_tuple(pieces)}")
 
 
 def _pieces_tuple(pieces: List[Tuple[bool, str]]) -> str:
@@ -1364,7 +1376,7 @@ def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str
         w.line(depth, f"{keyword} type({value} := {read}) is not str:")
         keyword = "elif"
         if prefix or pieces:
-            w.line(depth + 1, f"out.extend({_pieces_tuple(prefix + pieces)})")
+            w.line(depth + 1, f"out += {_pieces_tuple(prefix + pieces)}")
         w.line(depth + 1, f"{w.ref(finish)}(scope, out, len(out) - {len(pieces)}, {position}, "
                           f"{value})")
         if after:
@@ -1610,7 +1622,12 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
     output_checked = len(w.lines) >= 2 and \
         w.lines[-2] == "        if ctx.output_size > max_output:" and \
         w.lines[-1].startswith("            _overflow(ctx, ")
-    w.resolve_reads()
+    # what follows the body in each iteration: the limits looked at (see resolve_reads)
+    end_of_iteration = [
+        "        if ctx.steps > ctx.max_steps:" if output_checked else
+        "        if ctx.output_size > max_output or ctx.steps > ctx.max_steps:",
+        "            return remaining"] if w.loop_refund else []
+    w.resolve_reads(end_of_iteration)
     lines = w.lines
     # the item is the hoisted target's own local when there is one
     item = w.hoisted[target][0] if target in w.hoisted else "item"
@@ -1666,10 +1683,7 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
         if _mentions(body_text, is_dict):
             w.line(2, f"{is_dict} = type({value}) is dict")
     w.lines.extend(lines)
-    if w.loop_refund:
-        w.line(2, "if ctx.steps > ctx.max_steps:" if output_checked else
-               "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:")
-        w.line(3, "return remaining")
+    w.lines.extend(end_of_iteration)
     w.line(1, "return None")
     if sync_lines:
         w.lines += [""] + sync_lines

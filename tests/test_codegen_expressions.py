@@ -593,7 +593,7 @@ def test_printed_joins_are_measured_and_put_out_in_pieces(
     source = "{% for m in messages %}{{ '<' ~ m.role ~ '>' ~ m.content ~ 1 }}{% endfor %}"
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
-    assert "out.extend(('<', _t" in made[0].source and " f'{" not in made[0].source
+    assert "out += ('<', _t" in made[0].source and " f'{" not in made[0].source
     env = mj.chat_environment(limits=mj.Limits(max_string_size=1_000_000))
     big = [{"role": "x" * 600_000, "content": "y" * 600_000}]
     with pytest.raises(mj.LimitExceededError):
@@ -741,8 +741,9 @@ def test_a_loop_over_the_step_limit_never_ends_quietly(source: str, hot_after: s
 
 def test_items_lacking_a_key_read_early_take_the_general_copy(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A loop reading keys early runs its body as written for items that hold them all, and a
-    second copy (each read checked, the sandbox path for a missing key) for the others; a
+    """A loop reading keys early runs its body as written for items that hold them all (the
+    item known to be a dict there, the limits looked at after it, then the next item), and
+    a second copy (each read checked, the sandbox path for a missing key) for the others; a
     body too long to write twice is written once, with the checks."""
     from minijinja_py import codegen
 
@@ -750,18 +751,25 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
     monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
     source = ("{% for m in messages %}{% if m.n %}{{ m.role + ':' + m.n|string }}"
-              "{% elif m.role == 'user' %}{{ m.role|upper }}{% endif %}{% endfor %}")
+              "{% elif m.role == 'user' %}{{ m.role|upper }}{% endif %}"
+              "{% if 'content' in m %}.{% endif %}{% endfor %}")
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
     two_copies = made[-1].source
     assert "_r0 = _o0['n']" in two_copies and "except KeyError:" in two_copies
-    assert "if _all_read:" in two_copies
-    assert "_r0 = _o0.get('n', _M) if _d0 else _M" in two_copies
+    first_copy, second_copy = two_copies.split("\n                continue\n")
+    first_copy = first_copy.split("except KeyError:")[1]
+    assert "'content' in _o0 if True else" in first_copy and "_d0" not in first_copy
+    assert first_copy.rstrip().endswith(
+        "if ctx.output_size > max_output or ctx.steps > ctx.max_steps:\n"
+        "                    return remaining")
+    assert "_r0 = _o0.get('n', _M) if _d0 else _M" in second_copy
+    assert "'content' in _o0 if _d0 else" in second_copy
     lines = len([line for line in two_copies.splitlines() if line.strip()])
     monkeypatch.setattr(codegen, "MAX_LINES", lines - 5)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
     one_copy = made[-1].source
-    assert "_all_read" not in one_copy and "_r0 = _o0.get('n', _M)" in one_copy
+    assert "except KeyError" not in one_copy and "_r0 = _o0.get('n', _M)" in one_copy
 
 
 @pytest.mark.parametrize("hot", [False, True])
