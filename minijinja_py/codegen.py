@@ -1327,7 +1327,7 @@ def _emit(w: _Writer, depth: int, pieces: List[Tuple[bool, str]]) -> None:
     output costs no more memory than the closures')."""
     if len(pieces) == 1:
         is_text, piece = pieces[0]
-        w.line(depth, f"append({repr(piece) if is_text else piece})")
+        w.line(depth, f"out.append({repr(piece) if is_text else piece})")
     else:
         w.line(depth, f"out += {_pieces_tuple(pieces)}")
 
@@ -1380,7 +1380,7 @@ def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str
         w.line(depth + 1, f"{w.ref(finish)}(scope, out, len(out) - {len(pieces)}, {position}, "
                           f"{value})")
         if after:
-            w.line(depth + 1, f"append({after!r})")
+            w.line(depth + 1, f"out.append({after!r})")
         if around:
             w.line(depth + 1, f"ctx.output_size += {around}")
         pieces.append((False, value))
@@ -1437,7 +1437,7 @@ def _print_parts(w: _Writer, spec: tuple, depth: int) -> None:
 
 def _text_output(w: _Writer, depth: int, text: str) -> None:
     """Text printed as it is."""
-    w.line(depth, f"append({w.ref(text)})")
+    w.line(depth, f"out.append({w.ref(text)})")
     w.line(depth, f"ctx.output_size += {len(text)}")
 
 
@@ -1663,7 +1663,7 @@ def _loop_function(w: _Writer, body: Callable[..., Any], target: str, uses_loop:
             ([] if synced_lazily else ["_synced = True"])
     w.lines = ["def generated_loop(scope, out, items, loop):", "    vars = scope.vars",
                "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
-               "    ctx = scope.ctx", "    append = out.append",
+               "    ctx = scope.ctx",
                "    max_output = ctx.max_output"] + ["    " + line for line in setup] + \
         _invariant_reads(w) + ["    remaining = iter(items)", f"    for {item} in remaining:"]
     for line in prelude:
@@ -1739,7 +1739,7 @@ def generate(body: Callable[..., Any], binds: Optional[FrozenSet[str]] = None
     _statement(w, body, 1)
     prologue = ["def generated_body(scope, out):", "    vars = scope.vars", "    ctx = scope.ctx",
                 "    parent_vars = scope.parent.vars if scope.parent is not None else {}",
-                "    append = out.append", "    max_output = ctx.max_output"]
+                "    max_output = ctx.max_output"]
     prologue += _invariant_reads(w)
     body_text = "\n".join(w.lines)
     if _mentions(body_text, "_pending"):
