@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import re
+import sys
 from functools import partial
 
 from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
@@ -1320,14 +1321,21 @@ def _statement(w: _Writer, closure: Any, depth: int) -> None:
     w.signal(depth + 1, signal)
 
 
+#: Pieces of one output put in the output by an ``out.append`` each, at most: Python 3.11+
+#: runs ``out.append(x)`` as a direct list append, faster than building a tuple and adding
+#: it to the list up to about five pieces (3 pieces: 42 against 69 ns); Python 3.10 calls the
+#: method, and a tuple is faster from two pieces on.
+_APPENDED_PIECES = 5 if sys.version_info >= (3, 11) else 1
+
+
 def _emit(w: _Writer, depth: int, pieces: List[Tuple[bool, str]]) -> None:
     """Put ``pieces``, each (True, text) or (False, the name of a str value), in the output:
-    a tuple added to the list (``out += (...)``: the list's extend without a method call,
-    faster than an append each; unlike joining them first, no copy of long messages, so
-    output costs no more memory than the closures')."""
-    if len(pieces) == 1:
-        is_text, piece = pieces[0]
-        w.line(depth, f"out.append({repr(piece) if is_text else piece})")
+    an ``out.append`` each (see :data:`_APPENDED_PIECES`), or a tuple added to the list
+    (``out += (...)``: the list's extend without a method call). Unlike joining them first,
+    no copy of long messages: output costs no more memory than the closures'."""
+    if len(pieces) <= _APPENDED_PIECES:
+        for is_text, piece in pieces:
+            w.line(depth, f"out.append({repr(piece) if is_text else piece})")
     else:
         w.line(depth, f"out += {_pieces_tuple(pieces)}")
 
