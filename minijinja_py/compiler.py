@@ -60,6 +60,14 @@ HOT_CALLS = 16
 FIRST_RENDER_FACTOR = 10
 
 
+def _hot_enough(runs: float, hot_after: float, renders: List[Any]) -> bool:
+    """Whether a body or loop that has run ``runs`` times (items, for a loop) is generated
+    now: past ``hot_after``, and past FIRST_RENDER_FACTOR times it while the template is in
+    its first render (``renders``: the hot state of the template's own body, see
+    Compiler.renders)."""
+    return runs >= hot_after and (renders[0] > 1 or runs >= hot_after * FIRST_RENDER_FACTOR)
+
+
 # codegen.py (and compile()) only once something is hot: a cold start never imports it
 def generate_body(body: Any, binds: Any = None) -> Any:
     from .codegen import generate
@@ -338,7 +346,6 @@ class Compiler:
         if not self.generates_code or getattr(body, "spec", None) is None:
             return body
         hot_after = HOT_CALLS
-        first_render_hot_after = HOT_CALLS * FIRST_RENDER_FACTOR
         if state is None:
             state = [0, None]  # runs so far, the generated function
         renders = self.renders
@@ -349,8 +356,7 @@ class Compiler:
             if generated is not None:
                 return generated(scope, out)
             state[0] += 1
-            runs = state[0]
-            if runs >= hot_after and (renders[0] > 1 or runs >= first_render_hot_after):
+            if _hot_enough(state[0], hot_after, renders):
                 state[1] = generated = generate_body(body, binds)
                 return generated(scope, out)
             return body(scope, out)
@@ -678,14 +684,12 @@ class Compiler:
         generated_loop: List[Any] = []
         iterations = [0]
         hot_after = HOT_ITERATIONS if self.generates_code else float("inf")
-        first_render_hot_after = hot_after * FIRST_RENDER_FACTOR
         renders = self.renders
         env = self.env
 
         def is_hot(count: int) -> bool:
             iterations[0] += count
-            done = iterations[0]
-            return done >= hot_after and (renders[0] > 1 or done >= first_render_hot_after)
+            return _hot_enough(iterations[0], hot_after, renders)
 
         def hot_body() -> Stmt:
             if not generated:
