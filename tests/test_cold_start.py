@@ -107,3 +107,77 @@ def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
                 codec = body.encode("ascii", "backslashreplace").decode("unicode-escape")
             assert simple == codec, body
     assert decoded_here > 50_000
+
+
+# A fresh process compiles a template making more objects than nodes.PROMOTE_AFTER (one `if`
+# and one sum per line) and reports: the collections of the young generation the compile ran,
+# the young objects left, the frozen ones, and whether the collector is on. With "freeze",
+# the host has frozen its own objects first.
+_PROMOTION_CHILD = """
+import gc, sys
+import minijinja_py as mj
+from minijinja_py import nodes
+env = mj.chat_environment()
+if sys.argv[1] == "freeze":
+    gc.freeze()
+frozen = gc.get_freeze_count()
+source = "".join("{%% if x%d %%}{{ a + 'x' + b }}{%% endif %%}" % i for i in range(400))
+gc.collect()  # (young objects from before would be collected as the compile starts)
+before = gc.get_stats()[0]["collections"]
+made = []
+real_exit = nodes.PausedGC.__exit__
+def counting_exit(self, *exc_info):
+    made.append(gc.get_count()[0])
+    return real_exit(self, *exc_info)
+nodes.PausedGC.__exit__ = counting_exit
+template = env.from_string(source)
+print(max(made), gc.get_stats()[0]["collections"] - before, gc.get_count()[0],
+      gc.get_freeze_count() - frozen, gc.isenabled(), frozen)
+"""
+
+
+def test_a_compile_moves_what_it_made_to_the_oldest_generation_unwalked() -> None:
+    from minijinja_py import nodes
+
+    def child(mode: str) -> list:
+        out = subprocess.run([sys.executable, "-c", _PROMOTION_CHILD, mode],
+                             capture_output=True, text=True, check=True).stdout.split()
+        return [int(x) for x in out[:4]] + out[4:]
+
+    made, collections, young, frozen, enabled, frozen_at_start = child("plain")
+    assert made >= nodes.PROMOTE_AFTER  # (else the template tests nothing)
+    if frozen_at_start == "0":
+        # no young collection walked them, none is left young, nothing stays frozen
+        assert (collections, frozen, enabled) == (0, 0, "True")
+        assert young < 100
+    else:  # Python 3.12 freezes objects of its own as it starts: those stay so
+        assert collections >= 1 and frozen == 0 and enabled == "True"
+    # a host's own frozen objects stay frozen: then the collector walks them as usual
+    made, collections, young, frozen, enabled, _ = child("freeze")
+    assert made >= nodes.PROMOTE_AFTER
+    assert collections >= 1 and frozen == 0 and enabled == "True"
+
+
+def test_promoted_garbage_cycles_wait_for_a_full_collection() -> None:
+    import gc
+    import weakref
+
+    from minijinja_py import nodes
+
+    class Cycle:
+        pass
+
+    if gc.get_freeze_count():  # pragma: no cover - a host that froze objects: nothing moves
+        assert not nodes.promote_young_objects(gc)
+        return
+    gc.collect()
+    first = Cycle()
+    first.other = Cycle()
+    first.other.other = first
+    alive = weakref.ref(first)
+    del first
+    assert nodes.promote_young_objects(gc) and gc.get_freeze_count() == 0
+    gc.collect(1)  # the young generations: it is not there any more
+    assert alive() is not None
+    gc.collect()
+    assert alive() is None
