@@ -73,9 +73,9 @@ def __getattr__(name: str) -> object:
     from .fastimport import install
 
     install()  # the engine's modules load with less machinery from here on: see fastimport
-    from .nodes import paused_gc
+    from .gcpause import paused_gc
 
-    with paused_gc():  # importing creates objects that all stay alive: see paused_gc
+    with paused_gc():  # importing creates objects that all stay alive: see gcpause
         value = getattr(import_module(f".{module_name}", __name__), name)
     globals()[name] = value
     return value

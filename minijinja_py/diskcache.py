@@ -37,6 +37,7 @@ from operator import attrgetter
 
 from . import nodes as n
 from .checksum import sha256
+from .gcpause import PausedGC
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -265,7 +266,7 @@ def load(key: str) -> "Optional[n.Template]":
             os.close(fd)
     if len(data) > cap:
         return None
-    with n.PausedGC(source_length):  # a big AST: see nodes.PausedGC
+    with PausedGC(source_length):  # a big AST: see gcpause
         return loads(data, digest)
 
 
@@ -281,7 +282,7 @@ def store(key: str, template: n.Template) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         if not _private(os.stat(directory)):
             return
-        with n.PausedGC(source_length):
+        with PausedGC(source_length):
             data = dumps(template, digest)
         if len(data) > size_cap(source_length):
             return  # load() would refuse it

@@ -25,7 +25,7 @@ from .compiler import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
-from .nodes import paused_gc
+from .gcpause import paused_gc
 from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
                       TemplateReference, Undefined, raise_template_error, wants_environment)
 from .sandbox import Sandbox
@@ -107,7 +107,7 @@ class Environment:
         _limits.ensure_recursion_headroom(self.limits)
         parse_token = _limits.activate_parse(self.limits)  # the deadline of this parse
         try:
-            with paused_gc():  # see nodes.paused_gc
+            with paused_gc():  # see gcpause
                 ast = self._parse(source, name)
                 try:
                     compiled = Compiler(self).compile_template(ast)  # (root, fresh, blocks)

@@ -10,8 +10,6 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Iterator, List, Tuple
 
-import _thread
-
 from .limits import check_deadline
 
 
@@ -67,98 +65,6 @@ class Node:
     def __repr__(self) -> str:
         args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.fields)
         return f"{type(self).__name__}({args})"
-
-
-#: Sources at least this long are parsed and compiled with the cyclic garbage collector
-#: paused (see :class:`PausedGC`); real chat templates are shorter.
-GC_PAUSE_SOURCE = 100_000
-
-
-class PausedGC:
-    """``with PausedGC(size):`` pauses Python's cyclic garbage collector when ``size`` (of a
-    template source) is at least :data:`GC_PAUSE_SOURCE`, and restores it when the last
-    pause in the process ends.
-
-    Parsing and compiling a large source create a million objects that all stay alive (the
-    AST, then the compiled closures), none of them in a reference cycle; while they pile up,
-    the collector's full collections walk all of them again and again: a third of the time of
-    a big parse, and most of the time of compiling it. Nothing is lost by pausing it: these
-    objects are freed by reference counting, and cyclic garbage made by other threads
-    meanwhile is collected after the pause, which the parse deadline (``Limits.max_seconds``)
-    bounds. Pauses nest and overlap across threads: the collector is enabled again (if it was
-    enabled when the first began) when the last one ends.
-
-    The objects made meanwhile would then be walked by the next young collection, and by the
-    middle generation's after it, before reaching the oldest: 0.6-1.2 ms of a fresh process's
-    first render (up to a tenth of it), for objects that all stay alive. When at least
-    :data:`PROMOTE_AFTER` were made, the last pause moves the young generations to the oldest
-    at once instead (:func:`promote_young_objects`).
-    """
-
-    __slots__ = ("active",)
-    _lock = _thread.allocate_lock()
-    _count = 0
-    _was_enabled = False
-
-    def __init__(self, size: int) -> None:
-        self.active = size >= GC_PAUSE_SOURCE
-
-    def __enter__(self) -> "PausedGC":
-        if self.active:
-            import gc
-
-            with PausedGC._lock:
-                if PausedGC._count == 0:
-                    PausedGC._was_enabled = gc.isenabled()
-                    gc.disable()
-                PausedGC._count += 1
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        if self.active:
-            import gc
-
-            with PausedGC._lock:
-                PausedGC._count -= 1
-                if PausedGC._count == 0 and PausedGC._was_enabled:
-                    if gc.get_count()[0] >= PROMOTE_AFTER:
-                        promote_young_objects(gc)
-                    gc.enable()
-
-
-#: Objects made during a pause (as the collector counts them) from which its end moves them
-#: to the oldest generation unwalked (see :class:`PausedGC`): importing the engine makes about
-#: 2,800, compiling seed-kimi-k2 about 6,000 (cz-chatml 600, seed-functionary-v3-llama3
-#: 12,000); a young collection of a few hundred costs next to nothing.
-PROMOTE_AFTER = 2_000
-
-
-def promote_young_objects(gc: Any) -> bool:
-    """Move every object of the collector's young generations to its oldest, in constant
-    time and without walking them (``gc.freeze()`` then ``gc.unfreeze()``); False, and
-    nothing done, where objects are frozen already (unfreezing would release them too: the
-    host's own ``gc.freeze()``, or Python 3.12's of some of its own objects as it starts) or
-    the interpreter has no such functions.
-
-    What moves is what a pause made plus whatever young objects the process had before it
-    (at most a few collections' worth). It all stays alive or is collected by reference
-    counting; a reference cycle among it that becomes garbage is collected by the next full
-    collection instead of a young one."""
-    freeze_count = getattr(gc, "get_freeze_count", None)
-    if freeze_count is None or freeze_count() != 0:
-        return False
-    gc.freeze()
-    gc.unfreeze()
-    return True
-
-
-def paused_gc() -> PausedGC:
-    """A pause of the collector however small the work (see :class:`PausedGC`): for what a
-    cold start does once, importing the engine and parsing and compiling a template. Its tens
-    of thousands of new functions, classes, tuples and nodes all stay alive, and the
-    collections they trigger on the way (each walking everything the process holds) took a
-    tenth of a cold start's instructions."""
-    return PausedGC(GC_PAUSE_SOURCE)
 
 
 DEADLINE_EVERY = 1024  # nodes walked between two looks at the parse deadline (a clock read)
