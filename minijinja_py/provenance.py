@@ -1083,8 +1083,9 @@ def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: A
         _json_strings(value, strings, paths, bool(sort_keys))
     except _Untraceable:
         return None
-    from json.encoder import encode_basestring, encode_basestring_ascii
+    from .filters import json_parts  # the very escapers tojson used
 
+    _, encode_basestring, encode_basestring_ascii = json_parts()
     encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
     escaped = _JSON_ESCAPE_ASCII if ensure_ascii else _JSON_ESCAPE
     structure = _source_for(paths)
