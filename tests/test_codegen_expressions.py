@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import pytest
 
@@ -355,12 +355,20 @@ CASES = [
 ]
 
 
+def hot_from(monkeypatch: pytest.MonkeyPatch, iterations: float,
+             calls: Optional[float] = None) -> None:
+    """Loops generated from ``iterations`` items (and bodies from ``calls`` runs, when
+    given), from the template's first render on (no FIRST_RENDER_FACTOR)."""
+    monkeypatch.setattr(compiler, "HOT_ITERATIONS", iterations)
+    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    if calls is not None:
+        monkeypatch.setattr(compiler, "HOT_CALLS", calls)
+
+
 @pytest.fixture(params=["closures", "generated"])
 def hot_after(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     hot_after = 1 if request.param == "generated" else float("inf")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", hot_after)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
-    monkeypatch.setattr(compiler, "HOT_CALLS", hot_after)
+    hot_from(monkeypatch, hot_after, hot_after)
     return request.param
 
 
@@ -386,9 +394,7 @@ def test_inline_paths_match_jinja2(source: str, hot_after: str) -> None:
 
 def _fits(source: str, data: Dict[str, Any], max_steps: int, hot: bool,
           monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
-    monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
+    hot_from(monkeypatch, 1 if hot else float("inf"), 1 if hot else float("inf"))
     env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
     try:
         env.from_string(source).render(**data)
@@ -518,8 +524,7 @@ def test_a_templates_first_render_generates_only_what_runs_far_more_often(
 
 def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     made = spy_on(monkeypatch, "generate_charging_loop")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     source = "{% for m in messages %}{% set c = m.role + '!' %}{{ c }}{% endfor %}"
     assert mj.chat_environment().from_string(source).render(**DATA) == \
         "system!user!assistant!user!tool!"
@@ -527,8 +532,7 @@ def test_loops_that_assign_are_generated_whole(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_limits_stop_a_generated_loop_that_assigns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     source = "{% for i in range(100000) %}\n{% set x = 'abc' ~ i %}{{ x }}{% endfor %}"
     env = mj.chat_environment(limits=mj.Limits(max_steps=20_000))
     with pytest.raises(mj.LimitExceededError) as steps:
@@ -544,8 +548,7 @@ def test_the_generated_code_can_be_shown(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture) -> None:
     """MINIJINJA_PY_SHOW_CODE prints each generated function, its names explained and its
     statements marked with their template lines; the code runs the same."""
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     monkeypatch.setenv("MINIJINJA_PY_SHOW_CODE", "1")
     source = "{% for m in messages %}\n{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
     shown = mj.chat_environment().from_string(source).render(**DATA)
@@ -564,9 +567,7 @@ def test_sums_over_the_limit_are_refused_before_they_are_built(
     refuses is never made, so the render allocates nothing near its size."""
     import tracemalloc
 
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
-    monkeypatch.setattr(compiler, "HOT_CALLS", 1)
+    hot_from(monkeypatch, 1, 1)
     big = "x" * 700_000
     env = mj.chat_environment(limits=mj.Limits(max_string_size=1_000_000))
     for source in ("{% for i in [1] %}{% set s = a + b %}{% endfor %}",
@@ -588,8 +589,7 @@ def test_printed_joins_are_measured_and_put_out_in_pieces(
     limit refuses a join too long before anything is output), then its pieces go to the
     output as they are, no joined copy made."""
     made = spy_on(monkeypatch, "generate_loop")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     source = "{% for m in messages %}{{ '<' ~ m.role ~ '>' ~ m.content ~ 1 }}{% endfor %}"
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
     assert mj.chat_environment().from_string(source).render(**DATA) == expected
@@ -653,8 +653,7 @@ def test_loops_calling_pure_functions_read_each_key_once(monkeypatch: pytest.Mon
     only such functions reads each key once per iteration, after asking, as it starts, whether
     the names it calls hold them; a clock the user passes makes strftime_now impure."""
     made = spy_on(monkeypatch, "generate_charging_loop")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     source = "{% for m in messages %}{% set n = loop.index %}{% if m.role == 'x' %}" \
              "{{ raise_exception('no ' + m.role) }}{% endif %}{{ n }}{{ m.role }}{% endfor %}"
     expected = reference_jinja2.make_environment().from_string(source).render(**DATA)
@@ -668,8 +667,7 @@ def test_loops_calling_pure_functions_read_each_key_once(monkeypatch: pytest.Mon
 
 def test_stable_loops_read_each_key_once_per_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
     made = spy_on(monkeypatch, "generate_loop")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     stable = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
              "{{ m.content }}{% endfor %}"
     calling = "{% for m in messages %}{% if m.role == 'user' %}{{ m.role|upper }}{% endif %}" \
@@ -697,8 +695,7 @@ def test_keys_tested_for_are_never_read_early(monkeypatch: pytest.MonkeyPatch) -
     lack: read early, it would send most iterations to the copy of the body that checks every
     read. Such keys are read where used; the others early, as ever."""
     made = spy_on(monkeypatch, "generate_loop")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     source = "{% for m in messages %}{% if 'n' in m and m.n %}{{ m.n }}{{ m.role }}" \
              "{% elif m.content is defined %}{{ m.content }}{{ m.role }}{% endif %}" \
              "{{ m.content }}{{ m['n'] }}{{ m.role }}{% endfor %}"
@@ -749,8 +746,7 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     from minijinja_py import codegen
 
     made = spy_on(monkeypatch, "generate_loop")
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1)
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
+    hot_from(monkeypatch, 1)
     source = ("{% for m in messages %}{% if m.n %}{{ m.role + ':' + m.n|string }}"
               "{% elif m.role == 'user' %}{{ m.role|upper }}{% endif %}"
               "{% if 'content' in m %}.{% endif %}{% endfor %}")
@@ -796,9 +792,7 @@ def _limited_outcome(source: str, hot: bool, monkeypatch: pytest.MonkeyPatch,
                      **limits: int) -> Any:
     """The output, or where the limit's error falls, with everything generated (``hot``)
     or with closures only."""
-    monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1 if hot else float("inf"))
-    monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1)
-    monkeypatch.setattr(compiler, "HOT_CALLS", 1 if hot else float("inf"))
+    hot_from(monkeypatch, 1 if hot else float("inf"), 1 if hot else float("inf"))
     env = mj.chat_environment(limits=mj.Limits(**limits))
     try:
         return env.from_string(source).render(**DATA)
