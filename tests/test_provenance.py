@@ -10,7 +10,7 @@ import pytest
 from corpus_support import CORPUS, FIXED_NOW, corpus_available, readme_counts, template_source
 from provenance_oracle import OracleReport, check
 
-from minijinja_py import ChatTemplate, Environment, Template, TemplateError
+from minijinja_py import ChatTemplate, Environment, Template, TemplateError, chat_environment
 
 pytestmark = pytest.mark.skipif(not corpus_available(), reason="shared corpus not found")
 
@@ -149,6 +149,26 @@ def test_tojson_keeps_string_characters_and_derives_escapes_and_structure():
     assert kinds["say "].kind == "input" and kinds["say "].path == 'd.k'
     assert kinds['\\"'].kind == "derived" and kinds['\\"'].paths == ("d.k",)
     assert all(run.origin.kind != "template" for run in result.runs)
+
+
+@pytest.mark.parametrize("ensure_ascii, expected", [
+    # transformers' tojson: non-ASCII characters are written as they are by default...
+    (False, [("café ", "input", "d.k", 0), ('\\"', "derived", ("d.k",), None),
+             ("x", "input", "d.k", 6)]),
+    # ...and as \\uXXXX escapes, derived from the string, with ensure_ascii=True
+    (True, [("caf", "input", "d.k", 0), ("\\u00e9", "derived", ("d.k",), None),
+            (" ", "input", "d.k", 4), ('\\"', "derived", ("d.k",), None),
+            ("x", "input", "d.k", 6)]),
+])
+def test_tojson_traces_non_ascii_characters_as_the_encoding_wrote_them(ensure_ascii, expected):
+    variables = {"d": {"k": 'café "x"'}}
+    source = "{{ d|tojson(ensure_ascii=%s) }}" % ensure_ascii
+    template = chat_environment().from_string(source)
+    result = template.render_with_provenance(**variables)
+    assert result.text == template.render(**variables)
+    value_pieces = [piece for piece in _pieces(result)
+                    if piece[2] == "d.k" or piece[2] == ("d.k",)]
+    assert value_pieces[1:-1] == expected  # between the string's own quotes
 
 
 def test_template_text_is_located():
