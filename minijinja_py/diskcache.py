@@ -25,6 +25,14 @@ Sources longer than :data:`MAX_STORED_SOURCE` (256,000 characters; real chat tem
 under 100 KB) are not stored. Opt out with ``Environment(parse_cache=False)`` or
 ``MINIJINJA_PY_CACHE=0``. Any problem with the cache (unwritable directory, full disk, foreign
 file) silently falls back to parsing.
+
+The directory is bounded (:data:`MAX_CACHE_ENTRIES`, :data:`MAX_CACHE_BYTES`): a server given
+templates by its clients, each one new, would otherwise fill the disk (a 250 KB template makes
+an entry of about 1 MB). Stores sometimes prune it (:func:`prune`): after every
+:data:`PRUNE_AFTER_BYTES` a process has written, and at random one store in
+:data:`PRUNE_ONE_IN` (so that processes storing a few entries each prune it too); an entry
+read is marked used again at most hourly (its modification time), and pruning removes the
+least recently used entries first, down to three quarters of each bound.
 """
 
 from __future__ import annotations
@@ -56,6 +64,20 @@ SIZE_SLACK = 1 << 16
 #: Sources longer than this are not stored: real chat templates are under 100 KB, and writing
 #: the AST of a megabyte of hostile source would add a second to its parse.
 MAX_STORED_SOURCE = 256_000
+#: The cache directory's bounds (see :func:`prune`): real chat templates make entries of
+#: 5-60 KB, a few hundred of them a few megabytes.
+MAX_CACHE_ENTRIES = 4096
+MAX_CACHE_BYTES = 64 * 2 ** 20
+#: A process prunes the directory after writing this many bytes to it since it last did...
+PRUNE_AFTER_BYTES = MAX_CACHE_BYTES // 16
+#: ...and, besides, at random on one store in this many (listing the directory costs about 1.5
+#: microseconds an entry, the store itself follows a parse of a millisecond or more).
+PRUNE_ONE_IN = 32
+#: An entry read is marked used again (its modification time set) when it was last marked
+#: longer ago than this many seconds.
+TOUCH_AFTER = 3600
+#: Temporary files of a store left by a process that died are removed by a prune once older.
+STALE_TEMPORARY = 3600
 _NODE_TYPES = sorted((cls for cls in vars(n).values()
                       if isinstance(cls, type) and issubclass(cls, n.Node) and cls is not n.Node),
                      key=lambda cls: cls.__name__)
@@ -267,7 +289,13 @@ def load(key: str) -> "Optional[n.Template]":
     if len(data) > cap:
         return None
     with PausedGC(source_length):  # a big AST: see gcpause
-        return loads(data, digest)
+        template = loads(data, digest)
+    if template is not None and _now() - info.st_mtime > TOUCH_AFTER:
+        try:  # used: the last entry a prune removes (see prune)
+            os.utime(path)
+        except OSError:
+            pass
+    return template
 
 
 def store(key: str, template: n.Template) -> None:
@@ -286,7 +314,7 @@ def store(key: str, template: n.Template) -> None:
             data = dumps(template, digest)
         if len(data) > size_cap(source_length):
             return  # load() would refuse it
-        temporary = os.path.join(directory, f".{key}.{os.getpid()}.tmp")
+        temporary = os.path.join(directory, f".{key}.{os.getpid()}{_TEMPORARY_SUFFIX}")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -300,3 +328,79 @@ def store(key: str, template: n.Template) -> None:
             raise
     except (OSError, ValueError, RecursionError):
         return
+    global _written_since_prune
+    _written_since_prune += len(data)
+    if _written_since_prune >= PRUNE_AFTER_BYTES or _one_in(PRUNE_ONE_IN):
+        _written_since_prune = 0
+        prune(directory)
+
+
+_TEMPORARY_SUFFIX = ".tmp"
+_written_since_prune = 0  # bytes this process has stored since its last prune
+
+
+def _now() -> float:
+    from time import time  # (a built-in module: loaded with the interpreter)
+
+    return time()
+
+
+def _one_in(count: int) -> bool:
+    """True with a chance of one in ``count`` (at most 256), unpredictably to the templates'
+    authors: os.urandom, no ``random`` module to import."""
+    return os.urandom(1)[0] < 256 // count
+
+
+def prune(directory: "Optional[str]" = None) -> int:
+    """Bound the cache directory: when its entries are more than :data:`MAX_CACHE_ENTRIES`
+    or take more than :data:`MAX_CACHE_BYTES`, remove the least recently used (oldest
+    modification time) until both are at most three quarters of their bound; remove store
+    temporaries older than :data:`STALE_TEMPORARY` seconds. Only regular files named as this
+    module names them, owned by the user and writable by nobody else, are counted and removed
+    (links are not followed). Returns how many files it removed; never raises."""
+    directory = directory if directory is not None else cache_dir()
+    entries = []  # (modification time, size, path)
+    removed = 0
+    stale = _now() - STALE_TEMPORARY
+    try:
+        if not _private(os.stat(directory)):
+            return 0
+        with os.scandir(directory) as listing:
+            for item in listing:
+                name = item.name
+                temporary = name.startswith(".") and name.endswith(_TEMPORARY_SUFFIX)
+                if not temporary and _parse_key(name) is None:
+                    continue  # not ours
+                try:
+                    info = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(info.st_mode) or not _private(info):
+                    continue
+                if not temporary:
+                    entries.append((info.st_mtime, info.st_size, item.path))
+                elif info.st_mtime < stale and _remove(item.path):
+                    removed += 1
+    except OSError:
+        return removed
+    count = len(entries)
+    total = sum(size for _, size, _ in entries)
+    if count <= MAX_CACHE_ENTRIES and total <= MAX_CACHE_BYTES:
+        return removed
+    entries.sort()
+    for _, size, path in entries:
+        if count <= MAX_CACHE_ENTRIES * 3 // 4 and total <= MAX_CACHE_BYTES * 3 // 4:
+            break
+        if _remove(path):
+            removed += 1
+        count -= 1  # (gone either way: removed here or by another process)
+        total -= size
+    return removed
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False

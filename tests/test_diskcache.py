@@ -220,3 +220,104 @@ def test_sources_beyond_the_stored_size_are_not_stored(cache_dir) -> None:
     small = "{{ x }}"
     mj.chat_environment().from_string(small)
     assert len(_entries(cache_dir)) == 1
+
+
+# ---- the directory's bounds -------------------------------------------------------------
+def _entries(directory):
+    if not os.path.isdir(directory):
+        return []
+    return sorted(name for name in os.listdir(directory) if diskcache._parse_key(name))
+
+
+def _store_sources(count, prefix="{{ x }}"):
+    """``count`` distinct templates through from_string (each stored), oldest first."""
+    keys = []
+    for index in range(count):
+        source = f"{prefix}{{# {index} #}}"
+        before = set(_entries(diskcache.cache_dir()))
+        mj.chat_environment().from_string(source)
+        (key,) = set(_entries(diskcache.cache_dir())) - before
+        keys.append(key)
+    return keys
+
+
+@pytest.fixture()
+def no_automatic_prune(monkeypatch):
+    monkeypatch.setattr(diskcache, "_one_in", lambda count: False)
+    monkeypatch.setattr(diskcache, "PRUNE_AFTER_BYTES", 1 << 60)
+
+
+def test_prune_removes_the_least_recently_used_entries_down_to_three_quarters(
+        cache_dir, monkeypatch, no_automatic_prune) -> None:
+    keys = _store_sources(20)
+    old = 1_000_000_000  # 2001: older than TOUCH_AFTER, in the order the entries were made
+    for age, key in enumerate(keys):
+        os.utime(cache_dir / key, (old + age, old + age))
+    # the second oldest is used again: a load marks it
+    source = "{{ x }}{# 1 #}"
+    assert repr(mj.chat_environment().from_string(source).ast) == repr(
+        parser.parse(source, trim_blocks=True, lstrip_blocks=True))
+    assert os.stat(cache_dir / keys[1]).st_mtime > old + 100
+    # what is not an entry of ours is neither counted nor removed
+    (cache_dir / "README").write_text("not an entry")
+    foreign = cache_dir.parent / "elsewhere"
+    foreign.write_text("outside")
+    os.symlink(foreign, cache_dir / ("f" * 64 + "-9"))
+    stale = cache_dir / f".{keys[0]}.123.tmp"
+    fresh = cache_dir / f".{keys[2]}.456.tmp"
+    stale.write_bytes(b"half written")
+    fresh.write_bytes(b"being written")
+    os.utime(stale, (old, old))
+
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 24)
+    assert diskcache.prune() == 1  # within its bounds: only the stale temporary goes
+    assert not stale.exists() and fresh.exists() and len(_entries(cache_dir)) == 21
+
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 8)
+    assert diskcache.prune() == 14  # 20 entries (and the link, not ours) -> 6
+    left = set(_entries(cache_dir))
+    assert left == {keys[1], *keys[-5:], "f" * 64 + "-9"}
+    assert (cache_dir / "README").exists() and fresh.exists() and foreign.exists()
+    assert os.path.islink(cache_dir / ("f" * 64 + "-9"))
+
+
+def test_prune_bounds_the_bytes_too(cache_dir, monkeypatch, no_automatic_prune) -> None:
+    keys = _store_sources(12, prefix="{% for m in messages %}{{ m.content }}{% endfor %}")
+    sizes = {key: os.stat(cache_dir / key).st_size for key in keys}
+    for age, key in enumerate(keys):
+        os.utime(cache_dir / key, (1_000_000_000 + age,) * 2)
+    bound = sum(sizes.values()) // 2
+    monkeypatch.setattr(diskcache, "MAX_CACHE_BYTES", bound)
+    assert diskcache.prune() > 0
+    left = _entries(cache_dir)
+    assert sum(sizes[key] for key in left) <= bound * 3 // 4
+    assert set(left) == set(keys[len(keys) - len(left):])  # the newest stay
+
+
+def test_stores_prune_the_directory_by_themselves(cache_dir, monkeypatch) -> None:
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 4)
+    # after every byte written...
+    monkeypatch.setattr(diskcache, "_one_in", lambda count: False)
+    monkeypatch.setattr(diskcache, "PRUNE_AFTER_BYTES", 1)
+    for index in range(10):
+        mj.chat_environment().from_string(f"{{{{ a }}}}{{# {index} #}}")
+        assert len(_entries(cache_dir)) <= 4
+    # ...or at random, one store in PRUNE_ONE_IN (here: the draw always wins)
+    monkeypatch.setattr(diskcache, "PRUNE_AFTER_BYTES", 1 << 60)
+    monkeypatch.setattr(diskcache, "PRUNE_ONE_IN", 7)
+    monkeypatch.setattr(diskcache, "_one_in", lambda count: count == 7)
+    for index in range(10):
+        mj.chat_environment().from_string(f"{{{{ b }}}}{{# {index} #}}")
+        assert len(_entries(cache_dir)) <= 4
+
+
+def test_the_random_prune_is_one_store_in_prune_one_in() -> None:
+    draws = sum(diskcache._one_in(32) for _ in range(32_000))
+    assert 700 < draws < 1_300  # 1,000 expected (31 standard deviations is 5.4 wide)
+    assert diskcache._one_in(1) and not any(diskcache._one_in(512) for _ in range(100))
+
+
+def test_prune_never_raises(tmp_path) -> None:
+    assert diskcache.prune(str(tmp_path / "missing")) == 0
+    (tmp_path / "file").write_text("x")
+    assert diskcache.prune(str(tmp_path / "file")) == 0
