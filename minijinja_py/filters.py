@@ -22,6 +22,10 @@ entity, line or ``%`` field (``title``, ``wordwrap``, ``striptags``, ``urlize``,
 size; every one of them is linear in its input. The public table is :data:`FILTERS`; the
 filters chat templates rarely use live in :mod:`minijinja_py.filters_more`, imported on first
 use.
+
+Why one module of over a thousand lines: these are the filters a chat template's first render
+needs, loaded at once in a cold start (one module read, not several); the others are in
+filters_more.py for the same reason.
 """
 
 from __future__ import annotations

@@ -149,20 +149,22 @@ def _str_replace(value: str, old: str, new: str, count: int = -1) -> str:
 
 
 def _str_join(value: str, iterable: Any) -> str:
-    items = list(iterable)
+    items = measured = list(iterable)
     check_collection_size(len(items))
     if type(value) is not str:
         from .markup import Markup, escape
 
         if isinstance(value, Markup):  # Markup.join escapes the items: measure them escaped
-            items = [escape(item) for item in items]
+            # (and hand it the items themselves: a provenance render's Markup escapes them
+            # keeping their origins)
+            measured = [escape(item) for item in items]
             charge(len(items))
     if items:
         # the items' own lengths count too (a non-str item fails in join itself)
         try:
-            size = sum(map(len, items))
+            size = sum(map(len, measured))
         except TypeError:
-            size = sum(len(item) for item in items if isinstance(item, str))
+            size = sum(len(item) for item in measured if isinstance(item, str))
         check_string_size(len(value) * (len(items) - 1) + size)
         charge(len(items) >> 2)
     return value.join(items)

@@ -21,6 +21,12 @@ line and column). Operations keep the origins of what they copy:
 The plain render path never sees these classes: it is compiled separately and pays nothing.
 Booleans and None cannot be subclassed in Python, so they carry no origin of their own; read
 out of an input and printed, they count as template text (see README "Provenance").
+
+Why one module of this size: the value classes (PStr, PMarkup, PInt, PFloat), the tracers of
+the filters and methods that copy text, and the results' settling all read and write one
+private representation of origins (runs, their merging and shifting); split, it would be
+public between modules. The compiler side is in provenance_compiler.py, the chat layer's uses
+of it in chat/.
 """
 
 from __future__ import annotations
@@ -164,7 +170,7 @@ class ProvenanceResult:
 
 def runs_of(value: str) -> Tuple[Tuple[int, int, tuple, int], ...]:
     """The internal runs of a str: its own, or one "unknown" run for a str without origins."""
-    if type(value) is PStr:
+    if type(value) is PStr or type(value) is PMarkup:
         return value._runs
     return ((0, len(value), _UNKNOWN_SOURCE, -1),) if value else ()
 
@@ -374,7 +380,9 @@ class PStr(str):
 
     # -- operators that copy --------------------------------------------------------------
     def __add__(self, other: Any) -> Any:
-        if not isinstance(other, str):
+        if not isinstance(other, str) or hasattr(other, "__html__"):
+            # (Markup escapes a plain str added to it: its __radd__ runs first for a str, as
+            # for any subclass of the left operand's class, and must for this one too)
             return _reflected(self, other, "__radd__", operator.add)
         result = str.__add__(self, other)
         runs = list(self._runs)
@@ -872,6 +880,8 @@ def join_pieces(pieces: Sequence[str]) -> str:
             if known is None and len(piece) > _LAZY_PIECE_LIMIT:
                 known = piece._runs
             parts.append(piece if known is None else (len(piece), known))
+        elif type(piece) is PMarkup:
+            parts.append((len(piece), piece._runs))
         else:
             parts.append((len(piece), None))  # a str without origins
     result = PStr(text)
@@ -1380,6 +1390,77 @@ class PMarkup(Markup):
         marked._runs = runs_of(self._as_text()[key]) if result else ()
         return marked
 
+    # `markup + text` and `text + markup` escape the text and join: each side keeps its
+    # origins (the text's as its escape keeps them), where Markup's own would make them unknown
+    def __add__(self, other: Any) -> Any:
+        result = Markup.__add__(self, other)
+        if result is NotImplemented:
+            return result
+        return _joined_markup(result, (self, escape_with_origins(other)))
+
+    def __radd__(self, other: Any) -> Any:
+        result = Markup.__radd__(self, other)
+        if result is NotImplemented:
+            return result
+        return _joined_markup(result, (escape_with_origins(other), self))
+
+
+def _repeated_markup(self: Any, count: Any) -> Any:
+    result = Markup.__mul__(self, count)
+    if result is NotImplemented:
+        return result
+    return _joined_markup(result, (self,) * max(count, 0))
+
+
+def _joined_markup_items(self: Any, seq: Any) -> Any:
+    items = [escape_with_origins(item) for item in seq]
+    result = Markup.join(self, items)
+    pieces = [self] * (2 * len(items) - 1) if items else []
+    pieces[::2] = items
+    return _joined_markup(result, tuple(pieces))
+
+
+def _markup_method_with_origins(name: str) -> Callable[..., Any]:
+    """Markup's method ``name`` on PMarkup: its Markup results (alone, or in the list or
+    tuple it returns) derived from the text and the arguments, where Markup's own would
+    leave them without origins (unknown)."""
+    original = getattr(Markup, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if isinstance(result, Markup):
+            return _settle_markup(result, None, self, args, kwargs)
+        if type(result) in (list, tuple):
+            settled = [_settle_markup(item, None, self, args, kwargs)
+                       if isinstance(item, Markup) else item for item in result]
+            return settled if type(result) is list else tuple(settled)
+        return result
+
+    method.__name__ = name
+    return method
+
+
+PMarkup.__mul__ = PMarkup.__rmul__ = _repeated_markup  # type: ignore[assignment,method-assign]
+PMarkup.join = _joined_markup_items  # type: ignore[assignment,method-assign]
+for _name in ("__mod__", "split", "rsplit", "splitlines", "partition", "rpartition", "replace",
+              "ljust", "rjust", "center", "format", "capitalize", "title", "lower", "upper",
+              "lstrip", "rstrip", "strip", "translate", "expandtabs", "swapcase", "zfill",
+              "casefold", "removeprefix", "removesuffix"):
+    setattr(PMarkup, _name, _markup_method_with_origins(_name))
+
+
+def _joined_markup(result: Any, pieces: Tuple[Any, ...]) -> Any:
+    """``result`` (Markup, the pieces joined) as PMarkup with the pieces' origins; as it is
+    when the pieces do not make it up (then its characters count as unknown)."""
+    if str.__str__(result) != "".join(map(str.__str__, pieces)):
+        return result
+    marked = PMarkup(result)
+    runs: list = []
+    _shifted(runs, [piece._as_text() if type(piece) is PMarkup else str.__str__(piece)
+                    for piece in pieces])
+    marked._runs = tuple(runs)
+    return marked
+
 
 PMarkup.__name__ = PMarkup.__qualname__ = "Markup"
 PMarkup.__module__ = Markup.__module__
@@ -1490,8 +1571,10 @@ def _register_methods() -> None:
 
 def _settle_markup(result: Any, tracer: Any, value: Any, args: tuple, kwargs: dict) -> Any:
     """Markup made from inputs (an operation on ``|safe`` text) as PMarkup with origins: the
-    tracer's when it has one for the text, else derived from the inputs."""
-    if type(result) is PMarkup and "_runs" in result.__dict__:
+    tracer's when it has one for the text, else the origins the operation gave it (Markup's
+    own methods on PMarkup give them), else derived from the inputs."""
+    has_runs = type(result) is PMarkup and "_runs" in result.__dict__
+    if has_runs and tracer is None:
         return result
     text = str.__str__(result)
     traced = None
@@ -1502,6 +1585,8 @@ def _settle_markup(result: Any, tracer: Any, value: Any, args: tuple, kwargs: di
         except Exception:
             traced = None
     if type(traced) is not PStr or str.__str__(traced) != text:
+        if has_runs:
+            return result
         traced = derive(text, value, args, tuple(kwargs.values()))
     marked = PMarkup(result)
     marked._runs = traced._runs if text else ()

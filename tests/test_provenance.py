@@ -171,6 +171,57 @@ def test_tojson_traces_non_ascii_characters_as_the_encoding_wrote_them(ensure_as
     assert value_pieces[1:-1] == expected  # between the string's own quotes
 
 
+@pytest.mark.parametrize("source, variables, expected", [
+    # a str added to Markup is escaped (Markup's __radd__ runs first), on the traced side too
+    ("{{ s + (w|e) }}", {"s": "a<", "w": "0&"},
+     [("a", "input", "s", 0), ("&lt;", "derived", ("s",), None), ("0", "input", "w", 0),
+      ("&amp;", "derived", ("w",), None)]),
+    ("{{ s + (w|e) }}", {"s": "", "w": "0"}, [("0", "input", "w", 0)]),
+    ("{{ (w|e) + s }}", {"s": "<b", "w": "0"},
+     [("0", "input", "w", 0), ("&lt;", "derived", ("s",), None), ("b", "input", "s", 1)]),
+    ("{{ 't<' + (w|safe) }}", {"w": "<0>"},
+     [("t", "template", None, 0), ("&lt;", "template", None, None),
+      ("<0>", "input", "w", 0)]),
+    # Markup's own operations on text with origins keep them
+    ("{{ (w|e) * 2 }}", {"w": "a&"},
+     [("a", "input", "w", 0), ("&amp;", "derived", ("w",), None), ("a", "input", "w", 0),
+      ("&amp;", "derived", ("w",), None)]),
+    ("{{ [s, w|e]|join('-') }}", {"s": "<", "w": "b>"},
+     [("<", "input", "s", 0), ("-", "template", None, 0), ("b", "input", "w", 0),
+      ("&gt;", "derived", ("w",), None)]),
+    ("{{ (s ~ (w|e)) % (w|e) }}", {"s": "%s!", "w": "x&"},
+     [("x", "input", "w", 0), ("&amp;", "derived", ("w",), None), ("!", "input", "s", 2),
+      ("x", "input", "w", 0), ("&amp;", "derived", ("w",), None)]),
+    ("{{ (w|e).upper() }}", {"w": "a&"}, [("A&AMP;", "derived", ("w",), None)]),
+])
+def test_markup_with_text_renders_the_same_and_keeps_origins(source, variables, expected):
+    template = chat_environment().from_string(source)
+    result = template.render_with_provenance(**variables)
+    assert result.text == template.render(**variables)
+    assert [(text, kind, path if kind != "template" else None, offset)
+            for text, kind, path, offset in _pieces(result)] == expected
+    report = OracleReport()
+    check(lambda values: template.render(**values), variables, result, report, source)
+    assert report.failures == []
+
+
+@pytest.mark.parametrize("expression", [
+    "(w|e) * 2", "(w|e) % s", "[s, w|e]|join", "(w|e).split('&')|join('-')",
+    "(w|e).replace('a', s)", "(w|e).center(9)", "(w|e)|indent(2, true)", "(w|e)|center(12)",
+    "(w|e)|truncate(4)", "(w|e)|forceescape", "'%s'|format(w|e)", "(w|safe).join([s, s])",
+    "(w|e)[1:]", "(w|e).partition('&')|join", "(w|e).strip()", "((w|e) ~ s)|title",
+])
+def test_markup_operations_leave_nothing_unknown(expression):
+    variables = {"s": "<a&", "w": "%s b> &"}
+    template = chat_environment().from_string("{{ %s }}" % expression)
+    result = template.render_with_provenance(**variables)
+    assert result.text == template.render(**variables)
+    assert [run for run in result.runs if run.origin.kind == "unknown"] == []
+    report = OracleReport()
+    check(lambda values: template.render(**values), variables, result, report, expression)
+    assert report.failures == []
+
+
 def test_template_text_is_located():
     result = _render("ab\n{{ 'cd' }}{{ x }}", x="y")
     first, second, third = result.runs

@@ -32,6 +32,10 @@ characters and the text closing their turns, without ``{% generation %}`` tags.
 
 The `tokenizers` package is an optional extra, imported only here and only when a tokenizer is
 loaded: without it :class:`TokenizersNotInstalledError` says what to install.
+
+Why one module of this size: loading, encoding, masks, sanitising, padding, truncation and
+batches all follow one call's arguments through transformers' order of steps, on one loaded
+tokenizer; the provenance variants are in provenance_uses.py, the command in cli.py.
 """
 
 from __future__ import annotations
