@@ -253,6 +253,7 @@ class Compiler:
     #: pieces: the provenance compiler swaps in versions that keep origins.
     printer = staticmethod(_to_text)
     join_text = staticmethod("".join)
+    fold_text = staticmethod(str)  # a piece of `~` folded while compiling, as Jinja2 makes it
     expressions: Dict[type, Callable[["Compiler", Any], Expr]]  # node type -> method
     statements: Dict[type, Callable[["Compiler", Any], Stmt]]
 
@@ -392,7 +393,7 @@ class Compiler:
         Jinja2 never compiles, so its compile errors are not raised."""
         from .constfold import fold_printed, has_safe_repr
 
-        value = fold_printed(node, self.env, self.join_text)
+        value = fold_printed(node, self.env, self.join_text, self.fold_text)
         if value is MISSING or not has_safe_repr(value):
             return None
         if isinstance(value, (list, dict)):
@@ -529,7 +530,7 @@ class Compiler:
             return None
         from .constfold import fold_printed
 
-        value = fold_printed(node, self.env, self.join_text)
+        value = fold_printed(node, self.env, self.join_text, self.fold_text)
         if value is MISSING:
             return None
         try:

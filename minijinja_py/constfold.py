@@ -73,11 +73,12 @@ def has_safe_repr(value: "Any") -> bool:
     return False
 
 
-def fold_printed(node: n.Node, env: "Any", join: "Callable[[list], str]" = "".join) -> "Any":
+def fold_printed(node: n.Node, env: "Any", join: "Callable[[list], str]" = "".join,
+                 text: "Callable[[Any], str]" = str) -> "Any":
     """The value Jinja2 computes for the expression ``node`` while compiling, or MISSING
-    when it is not a constant there (``join`` joins the pieces of ``~``)."""
+    when it is not a constant there (``join`` joins the pieces of ``~``, made by ``text``)."""
     try:
-        return _Folder(env, join).value(node)
+        return _Folder(env, join, text).value(node)
     except _Impossible:
         return MISSING
     except RecursionError:
@@ -85,9 +86,11 @@ def fold_printed(node: n.Node, env: "Any", join: "Callable[[list], str]" = "".jo
 
 
 class _Folder:
-    def __init__(self, env: "Any", join: "Callable[[list], str]") -> None:
+    def __init__(self, env: "Any", join: "Callable[[list], str]",
+                 text: "Callable[[Any], str]" = str) -> None:
         self.env = env
         self.join = join
+        self.text = text
 
     def value(self, node: n.Node) -> "Any":
         method = getattr(self, "fold_" + type(node).__name__, None)
@@ -133,7 +136,7 @@ class _Folder:
         return self.value(node.left) or self.value(node.right)
 
     def fold_Concat(self, node: n.Node) -> "Any":
-        return self.join([str(self.value(item)) for item in node.nodes])
+        return self.join([self.text(self.value(item)) for item in node.nodes])
 
     def fold_CondExpr(self, node: n.Node) -> "Any":
         if self.value(node.test):

@@ -53,6 +53,12 @@ def _printed(value: Any) -> str:
     return derive(_to_text(value), value)
 
 
+def _folded_text(value: Any) -> str:
+    """``str(value)`` for a piece of a `~` folded while compiling, with origins: a number or
+    other constant printed is text the template computed."""
+    return value if type(value) is PStr else derive(str(value), value)
+
+
 def _add_one(value: Any, other: Any, link: n.Node) -> Any:
     """``value + other`` as the ordinary compiler computes one link of a `+` chain."""
     try:
@@ -83,6 +89,7 @@ class ProvenanceCompiler(Compiler):
     generates_code = False
     printer = staticmethod(_printed)
     join_text = staticmethod(join_pieces)
+    fold_text = staticmethod(_folded_text)
 
     @staticmethod
     def escaped_text(value: Any) -> str:

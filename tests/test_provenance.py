@@ -222,6 +222,17 @@ def test_markup_operations_leave_nothing_unknown(expression):
     assert report.failures == []
 
 
+def test_a_constant_concatenation_folded_while_compiling_is_template_text():
+    # Jinja2 folds `'lit'[1:] ~ 4` while compiling (constfold.py): the number it prints is
+    # text the template computed, as when printed alone
+    template = chat_environment().from_string("{{ 'lit'[1:] ~ 4 ~ none }}|{{ 4 }}")
+    result = template.render_with_provenance()
+    assert result.text == template.render() == "it4None|4"
+    assert [(text, kind, offset) for text, kind, _, offset in _pieces(result)] == [
+        ("it", "template", 1), ("4", "template", None), ("None", "template", None),
+        ("|", "template", 0), ("4", "template", None)]
+
+
 def test_template_text_is_located():
     result = _render("ab\n{{ 'cd' }}{{ x }}", x="y")
     first, second, third = result.runs
