@@ -37,6 +37,12 @@ FOLDED_KINDS = frozenset({n.BinOp, n.Neg, n.Pos, n.Not, n.And, n.Or, n.Concat, n
                           n.Getattr, n.Getitem, n.Filter, n.Test, n.CondExpr, n.Call})
 
 
+#: The built-in filters Jinja2 hands its template context (``@pass_context``), which its
+#: ``as_const`` refuses: a repeated keyword among their arguments is then compiled (and its
+#: error raised), and ``random`` draws anew at every render.
+_CONTEXT_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr", "random"})
+
+
 class _Impossible(Exception):
     """The expression is not a compile-time constant (Jinja2's ``nodes.Impossible``)."""
 
@@ -167,12 +173,15 @@ class _Folder:
         return self.env.sandbox.getattr(self.value(node.node), node.attr)
 
     def _call(self, node: n.Node, table: "Dict[str, Any]") -> "Any":
+        from .filters import FILTERS
         from .runtime import wants_environment
 
         function = table.get(node.name)
         if function is None or node.node is None or node.dyn_args is not None or \
                 node.dyn_kwargs is not None:
             raise _Impossible
+        if node.name in _CONTEXT_FILTERS and function is FILTERS.get(node.name):
+            raise _Impossible  # Jinja2 gives these its context: never evaluated while compiling
         args = [self.value(node.node)] + [self.value(arg) for arg in node.args]
         kwargs = {name: self.value(arg) for name, arg in node.kwargs}
         if wants_environment(function):

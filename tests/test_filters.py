@@ -923,3 +923,17 @@ def test_select_charges_what_call_test_charges(source: str) -> None:
         return high
 
     assert fewest_steps(mj.Environment) == fewest_steps(CallingEachTime)
+
+
+@pytest.mark.parametrize("source", [
+    "{{ 'abcdefghijklmnop'[:]|random }}",  # a slice of a constant: the compiler folds such
+    "{{ ('abcdefghijklmnop'[::1]|list)|random }}",  # expressions as Jinja2 does, but not this
+    "{{ range(16)|list|random }}",
+])
+def test_random_draws_anew_at_every_render(source: str) -> None:
+    # Jinja2 gives `random` its context, so it never evaluates it while compiling: 30 renders
+    # of 16 choices all alike would happen once in 16**29
+    from minijinja_py import chat_environment
+
+    template = chat_environment().from_string(source)
+    assert len({template.render() for _ in range(30)}) > 1
