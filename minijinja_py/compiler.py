@@ -1057,7 +1057,13 @@ class Compiler:
     def s_filter_block(self, node: n.Node) -> Stmt:
         body, fresh = self.frame(node.body)
         body = self.hot_switching(body)
-        apply_filter = self.filter_chain(node.filter)
+        # Jinja2 applies the filter in the block's own frame, where an unknown filter is a
+        # compile error even inside an `if`
+        saved_in_if, self.in_if = self.in_if, 0
+        try:
+            apply_filter = self.filter_chain(node.filter)
+        finally:
+            self.in_if = saved_in_if
         printer = self.printer
 
         def filter_block(scope: Scope, out: list) -> Any:
