@@ -194,7 +194,8 @@ class ToAst:
                  max_rule_size: int = 6) -> None:
         self.position = position
         # ids of nodes written in parentheses, in the tag being parsed: `(x is a) is b` is
-        # allowed, `x is a is b` is not
+        # allowed, `x is a is b` is not; and of tests with call parentheses, after which
+        # Jinja2 reads another test too (`x is a() is b`)
         self.parenthesized: set = set()
         # Operator chains (`a.b.c...`, `1 + 1 + ...`, `x|f|f...`, `- - 1`) nest one level per
         # operator without brackets. The parser's depth check refuses an AST deeper than
@@ -428,8 +429,11 @@ class ToAst:
         if len(rest) > 1:
             arg = rest[1]
             args = arg if isinstance(arg, CallArgs) else CallArgs([arg], [], None, None)
-        return self.chain(self.at(n.Test(node, name, args.args, args.kwargs, args.dyn_args,
+        test = self.chain(self.at(n.Test(node, name, args.args, args.kwargs, args.dyn_args,
                                          args.dyn_kwargs, negated), c[1]), node)
+        if len(rest) > 1 and isinstance(rest[1], CallArgs):
+            self.parenthesized.add(id(test))
+        return test
 
     def neg(self, c):
         return self.chain(self.at(n.Neg(c[1]), c[0]), c[1])
