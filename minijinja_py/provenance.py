@@ -1456,8 +1456,7 @@ def _joined_markup(result: Any, pieces: Tuple[Any, ...]) -> Any:
         return result
     marked = PMarkup(result)
     runs: list = []
-    _shifted(runs, [piece._as_text() if type(piece) is PMarkup else str.__str__(piece)
-                    for piece in pieces])
+    _shifted(runs, pieces)  # (runs_of reads a PMarkup's own runs)
     marked._runs = tuple(runs)
     return marked
 
