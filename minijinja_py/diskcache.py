@@ -19,7 +19,12 @@ parsed again), never an error and never a hang:
   items it rebuilds and gives up past the number of bytes the entry has, so a small payload
   whose references would expand exponentially (possible in marshal formats 3 and 4) costs no
   more than its own size; and a payload shorter than what format 2 makes of what it holds
-  (back-references, the short forms of formats 3 and 4) is refused.
+  (back-references, the short forms of formats 3 and 4) is refused;
+- it must hold an AST the parser could have made: each node of a kind the grammar allows
+  where it stands, each field of the type the parser gives it (a literal's value is a str,
+  int, float, bool or None; names and operators are strings...). Anyone able to write the
+  file could otherwise have a template render what marshal stores (bytes, a code object and
+  its address, a set), or the engine trip over a field of the wrong type.
 
 Sources longer than :data:`MAX_STORED_SOURCE` (256,000 characters; real chat templates are
 under 100 KB) are not stored. Opt out with ``Environment(parse_cache=False)`` or
@@ -172,46 +177,287 @@ class _TooLarge(Exception):
     """The entry rebuilds into more items than it has bytes: it holds back-references."""
 
 
-def _decoder(budget: int) -> "Callable[[Any], Any]":
-    """A decoder of what :func:`_encode` makes, that rebuilds at most ``budget`` items.
+class _NotParsed(Exception):
+    """The entry holds something the parser never makes."""
+
+
+# ---- tuples -> AST: only what the parser makes ----------------------------------------------
+# An entry whose checksum and name check out may still have been written by someone able to
+# write the file, and its constants are rendered: a byte string, a code object (and its
+# address), a set... So each field of each node is checked against what parser.py puts there:
+# a node of the kinds the grammar allows at that place, a list of them, a name, a boolean, a
+# literal's value; each node's width and position too. Anything else is damage: a miss, the
+# template is parsed again. (What the checks cannot tell is an entry that is a valid AST of
+# another text: the directory being private is what keeps others from writing one.)
+#
+# Checking is decoding: a *reader* turns one encoded field into its value, or raises; a
+# *kinds* table maps the class indexes a field may hold to the builder of each class. Readers
+# take ``(item, budget)``; ``budget`` is ``[how many more items may be rebuilt]`` (see
+# :func:`_decode`).
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, FrozenSet, List
+
+    Reader = Callable[[Any, List[int]], Any]
+    Builder = Callable[[Any, List[int]], n.Node]
+    Kinds = Dict[int, Any]  # class index -> Builder, or (class, types) (see _builder)
+
+#: the operators of the grammar's binop and comp_op rules, as BinOp and Compare hold them
+_BINARY_OPERATORS = frozenset({"+", "-", "*", "/", "//", "%", "**"})
+_COMPARISON_OPERATORS = frozenset({"==", "!=", "<", "<=", ">", ">=", "in", "notin"})
+#: the tags a NoLoader stands for (parser._NO_LOADER_TAGS)
+_NO_LOADER_TAGS = frozenset({"include", "import", "from", "extends"})
+
+
+def _value(*types: type) -> "Reader":
+    """A field holding a value of exactly one of ``types`` (marshal makes no subclasses).
+    The reader's ``types`` are checked without calling it where a node has only this field
+    (see :func:`_builder`)."""
+    allowed = frozenset(types)
+
+    def read_value(item: "Any", budget: "List[int]") -> "Any":
+        if type(item) not in allowed:
+            raise _NotParsed()
+        return item
+    read_value.types = allowed  # type: ignore[attr-defined]
+    return read_value
+
+
+#: a literal's value (parser.ToAst: strings, integers, floats; true, false, none)
+_CONSTANT = _value(str, int, float, bool, type(None))
+_STR = _value(str)
+_BOOL = _value(bool)
+
+
+def _word(words: "FrozenSet[str]") -> "Reader":
+    """A field holding one of ``words``."""
+    def read_word(item: "Any", budget: "List[int]") -> "Any":
+        if type(item) is not str or item not in words:
+            raise _NotParsed()
+        return item
+    return read_word
+
+
+def _node(kinds: "Kinds", *only: type, optional: bool = False) -> "Reader":
+    """A field holding a node of a kind ``kinds`` lists (of ``only`` those classes when
+    given), or None when ``optional``. ``kinds`` may still be empty: the tables refer to each
+    other, and are filled once all exist.
+
+    A chain of nodes (``x|f|f...``, ``a if b else c if d else ...``) nests as deep as the
+    parser allows: reading a level takes two frames (this reader, the class's builder), as
+    many as the compiler's, so that what compiles also loads within Python's recursion limit.
+    """
+    build_of = kinds.get
+
+    def read_node(item: "Any", budget: "List[int]") -> "Any":
+        if type(item) is not tuple:
+            if item is None and optional:
+                return None
+            raise _NotParsed()
+        build = build_of(item[0])
+        if type(build) is tuple:  # one plain value (Const, Name...: half the nodes): built here
+            cls, types = build
+            _, lineno, column, value = item  # (a ValueError when the width is wrong)
+            if type(value) not in types or type(lineno) is not int or type(column) is not int:
+                raise _NotParsed()
+            return cls(value, lineno=lineno, column=column)
+        if build is None:
+            raise _NotParsed()
+        budget[0] -= len(item)
+        if budget[0] < 0:
+            raise _TooLarge()
+        return build(item, budget)
+
+    if not only:
+        return read_node
+    allowed = frozenset(_NODE_INDEX[cls] for cls in only)
+
+    def read_some(item: "Any", budget: "List[int]") -> "Any":
+        if type(item) is tuple and item[0] not in allowed:
+            raise _NotParsed()
+        return read_node(item, budget)
+    return read_some
+
+
+def _list_of(read: "Reader") -> "Reader":
+    """A field holding a list, of items ``read`` reads."""
+    def read_list(item: "Any", budget: "List[int]") -> "Any":
+        if type(item) is not list:
+            raise _NotParsed()
+        budget[0] -= len(item)
+        if budget[0] < 0:
+            raise _TooLarge()
+        return [read(each, budget) for each in item]
+    return read_list
+
+
+def _pair(read_first: "Reader", read_second: "Reader") -> "Reader":
+    """A field holding a 2-tuple, encoded ``(-1, first, second)``."""
+    def read_pair(item: "Any", budget: "List[int]") -> "Any":
+        if type(item) is not tuple or len(item) != 3:
+            raise _NotParsed()
+        budget[0] -= 3
+        if budget[0] < 0:
+            raise _TooLarge()
+        marker, first, second = item
+        if type(marker) is not int or marker != _TUPLE:
+            raise _NotParsed()
+        return (read_first(first, budget), read_second(second, budget))
+    return read_pair
+
+
+def _builder(cls: type, readers: "Tuple[Reader, ...]") -> "Any":
+    """What a kinds table holds for ``cls``: the builder of a node from its encoding,
+    ``(index, lineno, column, *fields)``, each field read by its reader; or, for a node of one
+    plain value, ``(cls, the value's types)`` (built by :func:`_node`'s reader itself)."""
+    if len(readers) != len(cls.fields):
+        raise ValueError(f"{cls.__name__} has {len(cls.fields)} fields")
+    if len(readers) == 1 and hasattr(readers[0], "types"):
+        return (cls, readers[0].types)
+    unrolled = _UNROLLED_BUILDERS.get(len(readers))
+    if unrolled is not None:
+        return unrolled(cls, *readers)
+    width = 3 + len(readers)
+
+    def build(value: "Any", budget: "List[int]") -> n.Node:
+        lineno, column = value[1], value[2]
+        if len(value) != width or type(lineno) is not int or type(column) is not int:
+            raise _NotParsed()
+        fields = []  # (a loop, not a list comprehension: a frame fewer per level, see _node)
+        for read, item in zip(readers, value[3:]):
+            fields.append(read(item, budget))
+        return cls(*fields, lineno=lineno, column=column)
+    return build
+
+
+# The builders of nodes of one to three fields (most nodes with children), unrolled: the
+# generic one's loop over zip() costs a big template's load about 15%.
+def _build_1(cls: type, read_a: "Reader") -> "Builder":
+    def build(value: "Any", budget: "List[int]") -> n.Node:
+        _, lineno, column, a = value  # (a ValueError when the width is wrong)
+        if type(lineno) is not int or type(column) is not int:
+            raise _NotParsed()
+        return cls(read_a(a, budget), lineno=lineno, column=column)
+    return build
+
+
+def _build_2(cls: type, read_a: "Reader", read_b: "Reader") -> "Builder":
+    def build(value: "Any", budget: "List[int]") -> n.Node:
+        _, lineno, column, a, b = value
+        if type(lineno) is not int or type(column) is not int:
+            raise _NotParsed()
+        return cls(read_a(a, budget), read_b(b, budget), lineno=lineno, column=column)
+    return build
+
+
+def _build_3(cls: type, read_a: "Reader", read_b: "Reader", read_c: "Reader") -> "Builder":
+    def build(value: "Any", budget: "List[int]") -> n.Node:
+        _, lineno, column, a, b, c = value
+        if type(lineno) is not int or type(column) is not int:
+            raise _NotParsed()
+        return cls(read_a(a, budget), read_b(b, budget), read_c(c, budget), lineno=lineno,
+                   column=column)
+    return build
+
+
+_UNROLLED_BUILDERS = {1: _build_1, 2: _build_2, 3: _build_3}
+
+
+def _builders(readers: "Dict[type, Tuple[Reader, ...]]") -> "Kinds":
+    """A kinds table: for each class of ``readers`` (class -> the readers of its fields), what
+    :func:`_builder` makes of it."""
+    return {_NODE_INDEX[cls]: _builder(cls, fields) for cls, fields in readers.items()}
+
+
+# Where a node may stand, as the grammar and parser.py place them: the kinds tables, filled
+# below (they refer to each other). A class has one builder, shared by the tables holding it.
+_TEMPLATE: "Kinds" = {}
+_STATEMENT: "Kinds" = {}
+_OUTPUT_ITEM: "Kinds" = {}  # an Output's: expressions, template text
+_EXPRESSION: "Kinds" = {}
+_SUBSCRIPT: "Kinds" = {}  # in brackets: an expression, a slice, a tuple of those
+_SUBSCRIPT_ITEM: "Kinds" = {}  # in that tuple: an expression, a slice
+_FILTER_CHAIN: "Kinds" = {}  # a `{% filter %}`'s, a `{% set x | f %}`'s: the first's node is None
+_TARGET: "Kinds" = {}  # a `{% set %}`'s: names, namespace attributes, tuples of them
+_TARGET_ITEM: "Kinds" = {}  # in that tuple
+_PLAIN_TARGET: "Kinds" = {}  # a `for`'s, a `with`'s, a tuple's in parentheses: names, tuples
+
+_EXPR = _node(_EXPRESSION)
+_OPTIONAL_EXPR = _node(_EXPRESSION, optional=True)
+_EXPRS = _list_of(_EXPR)
+_BODY = _list_of(_node(_STATEMENT))
+_KEYWORD_ARGS = _list_of(_pair(_STR, _EXPR))
+_CALL_ARGS = (_EXPRS, _KEYWORD_ARGS, _OPTIONAL_EXPR, _OPTIONAL_EXPR)  # args ... dyn_kwargs
+_PARAMS = _list_of(_pair(_STR, _OPTIONAL_EXPR))  # (name, default)
+
+_TEMPLATE.update(_builders({n.Template: (_BODY,)}))
+_EXPRESSION.update(_builders({
+    n.Const: (_CONSTANT,),
+    n.Name: (_STR,),
+    n.TupleLit: (_EXPRS,),
+    n.ListLit: (_EXPRS,),
+    n.DictLit: (_list_of(_pair(_EXPR, _EXPR)),),
+    n.Getattr: (_EXPR, _STR),
+    n.Getitem: (_EXPR, _node(_SUBSCRIPT)),
+    n.Call: (_EXPR, *_CALL_ARGS),
+    n.Filter: (_EXPR, _STR, *_CALL_ARGS),
+    n.Test: (_EXPR, _STR, *_CALL_ARGS, _BOOL),
+    n.CondExpr: (_EXPR, _EXPR, _OPTIONAL_EXPR),
+    n.BinOp: (_word(_BINARY_OPERATORS), _EXPR, _EXPR),
+    n.Concat: (_EXPRS,),
+    n.Compare: (_EXPR, _list_of(_pair(_word(_COMPARISON_OPERATORS), _EXPR))),
+    n.And: (_EXPR, _EXPR),
+    n.Or: (_EXPR, _EXPR),
+    n.Not: (_EXPR,),
+    n.Neg: (_EXPR,),
+    n.Pos: (_EXPR,),
+}))
+_STATEMENT.update(_builders({
+    n.Output: (_list_of(_node(_OUTPUT_ITEM)),),
+    n.If: (_EXPR, _BODY, _list_of(_node(_STATEMENT, n.If)), _BODY),  # elif_: Ifs
+    n.For: (_node(_PLAIN_TARGET), _EXPR, _BODY, _BODY, _OPTIONAL_EXPR, _BOOL),
+    n.Assign: (_node(_TARGET), _EXPR),
+    n.AssignBlock: (_node(_TARGET, n.NameTarget, n.NSRef), _node(_FILTER_CHAIN, optional=True),
+                    _BODY),
+    n.Macro: (_STR, _PARAMS, _BODY),
+    n.CallBlock: (_node(_EXPRESSION, n.Call), _PARAMS, _BODY),
+    n.FilterBlock: (_node(_FILTER_CHAIN), _BODY),
+    n.With: (_list_of(_node(_PLAIN_TARGET)), _EXPRS, _BODY),
+    n.Break: (),
+    n.Continue: (),
+    n.Generation: (_BODY,),
+    n.AutoEscape: (_EXPR, _BODY),
+    n.Scope: (_STR, _BOOL, _BOOL, _BODY),
+    n.ExprStmt: (_EXPR,),
+    n.NoLoader: (_word(_NO_LOADER_TAGS),),
+}))
+_OUTPUT_ITEM.update(_EXPRESSION)
+_OUTPUT_ITEM.update(_builders({n.TemplateData: (_STR,)}))
+_SUBSCRIPT_ITEM.update(_EXPRESSION)
+_SUBSCRIPT_ITEM.update(_builders({n.Slice: (_OPTIONAL_EXPR, _OPTIONAL_EXPR, _OPTIONAL_EXPR)}))
+_SUBSCRIPT.update(_SUBSCRIPT_ITEM)
+_SUBSCRIPT.update(_builders({n.TupleLit: (_list_of(_node(_SUBSCRIPT_ITEM)),)}))
+_FILTER_CHAIN.update(_builders({
+    n.Filter: (_node(_FILTER_CHAIN, optional=True), _STR, *_CALL_ARGS)}))
+_PLAIN_TARGET.update(_builders({
+    n.NameTarget: (_STR,), n.TupleTarget: (_list_of(_node(_PLAIN_TARGET)),)}))
+_TARGET_ITEM.update(_PLAIN_TARGET)
+_TARGET_ITEM.update(_builders({n.NSRef: (_STR, _STR)}))
+_TARGET.update(_TARGET_ITEM)
+_TARGET.update(_builders({n.TupleTarget: (_list_of(_node(_TARGET_ITEM)),)}))
+_read_template = _node(_TEMPLATE)
+
+
+def _decode(encoded: "Any", budget: int) -> n.Template:
+    """The template ``encoded`` holds, if it is what :func:`_encode` makes of what the parser
+    makes; raises anything else, and once it has rebuilt more than ``budget`` items.
 
     Written without back-references, every item of the payload takes at least one byte, so
     an entry of N bytes rebuilds at most N items; more means that it shares objects (marshal
-    formats 3+), which the AST never does, and could expand without bound.
+    formats 3+), which the AST never does, and could expand without bound. (Each list, pair
+    and node with children counts the items it holds; a node of one plain value holds none
+    to rebuild, and is counted by its parent.)
     """
-    types = _NODE_TYPES
-    leaves = _LEAF_TYPES
-    containers = _CONTAINERS
-    remaining = budget
-
-    def decode(value: "Any") -> "Any":
-        nonlocal remaining
-        remaining -= len(value)
-        if remaining < 0:
-            raise _TooLarge()
-        if type(value) is list:
-            return [item if type(item) not in containers else decode(item) for item in value]
-        kind = value[0]
-        if type(kind) is not int:
-            raise ValueError("not an encoded node or tuple")
-        cls = leaves.get(kind)
-        if cls is not None:  # a node whose fields are never containers: taken as they are
-            return cls(*value[3:], lineno=value[1], column=value[2])
-        if kind == _TUPLE:
-            return tuple([item if type(item) not in containers else decode(item)
-                          for item in value[1:]])
-        if kind < 0:
-            raise ValueError("not an encoded node or tuple")
-        return types[kind](*[item if type(item) not in containers else decode(item)
-                             for item in value[3:]], lineno=value[1], column=value[2])
-
-    return decode
-
-
-_CONTAINERS = frozenset((tuple, list))
-# nodes whose fields the parser only ever sets to strings, numbers, booleans and None
-_LEAF_TYPES = {_NODE_INDEX[cls]: cls for cls in (n.Const, n.Name, n.TemplateData, n.NameTarget,
-                                                 n.NSRef, n.Break, n.Continue, n.NoLoader)}
+    return _read_template(encoded, [budget])
 
 
 def dumps(template: n.Template, digest: bytes = bytes(_DIGEST_SIZE)) -> bytes:
@@ -226,7 +472,7 @@ def dumps(template: n.Template, digest: bytes = bytes(_DIGEST_SIZE)) -> bytes:
 def loads(data: bytes, digest: "Optional[bytes]" = None) -> "Optional[n.Template]":
     """The template of an entry, or None when anything about it does not check out (its
     checksum, the ``digest`` it was stored under when given, its items: see
-    :func:`_decoder`)."""
+    :func:`_decode`)."""
     if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):
         return None
     try:
@@ -237,7 +483,7 @@ def loads(data: bytes, digest: "Optional[bytes]" = None) -> "Optional[n.Template
             return None
         if digest is not None and entry[1] != digest:
             return None  # an entry stored for another source, options or engine
-        template = _decoder(len(payload))(entry[2])
+        template = _decode(entry[2], len(payload))
         # only what dumps() writes, marshal format 2: back-references and the short forms of
         # formats 3 and 4 make a payload shorter than that (re-encoding is bounded now that
         # the decoder met no more items than the payload has bytes). Lengths are compared,

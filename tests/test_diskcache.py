@@ -28,10 +28,47 @@ def _corpus_sources():
     return [template_source(p.stem) for p in sorted((CORPUS / "templates").glob("*.jinja"))]
 
 
+#: every construct of the grammar, in each place the parser puts one: the loader accepts only
+#: what the parser makes (see test_what_the_parser_never_makes_is_refused), all of it
+EVERY_CONSTRUCT = [
+    "{{ 1 + 2 - 3 * 4 / 5 // 6 % 7 ** 8 ~ 'a' }}{{ 1 == 2 != 3 < 4 <= 5 > 6 >= 7 in 8 not in 9 }}",
+    "{{ -x }}{{ +1 }}{{ not x and y or z }}{{ a if b else c }}{{ a if b }}{{ 1.5 }}{{ 1e999 }}",
+    "{{ true }}{{ none }}{{ 0x_ff }}{{ 'a' 'b' }}{{ (1, 2) }}{{ () }}{{ [x, 1] }}{{ {x: 1} }}",
+    "{{ x[1:2] }}{{ x[::-1] }}{{ x[1:2, 3] }}{{ x[(1, 2)] }}{{ x[] }}{{ x.0 }}{{ x.y.z }}",
+    "{{ f(1, k=2, *a, **b) }}{{ x|f(1, k=2, *a, **b)|g }}{{ x is f(1, k=2) }}{{ x is not d 3 }}",
+    "{% if a %}1{% elif b %}2{% elif c %}3{% else %}4{% endif %}",
+    "{% for a, (b, c) in x if a recursive %}{{ loop(a) }}{% break %}{% continue %}"
+    "{% else %}e{% endfor %}",
+    "{% set a.b, (c, d), e = x %}{% set (f, g) = y %}{% set h = 1 %}{% set n.a = 1 %}",
+    "{% set a | upper | trim %}x{% endset %}{% set n.b %}y{% endset %}",
+    "{% macro m(a, b=1, c=none) %}{{ caller(a) }}{% endmacro %}"
+    "{% call(u, v=2) m(1) %}{{ u }}{% endcall %}{% call m(2) %}z{% endcall %}",
+    "{% filter upper|replace('A', 'B') %}x{% endfilter %}{% with a = 1, (b, c) = d %}"
+    "{{ a }}{% endwith %}{% with %}{% endwith %}",
+    "{% generation %}g{% endgeneration %}{% autoescape true %}{{ '<' }}{% endautoescape %}",
+    "{% block b scoped %}k{% endblock %}{% block r required %} {% endblock %}",
+    "{% include 'i' %}{% import 'm' as m %}{% from 'f' import g %}{% extends 'base' %}",
+    "{% print a, b %}{% raw %}{{ r }}{% endraw %}{# c #}text{% do x.append(1) %}{% do 1, 2 %}",
+]
+
+
 def test_every_corpus_ast_survives_a_round_trip() -> None:
     for source in _corpus_sources():
         ast = parser.parse(source, trim_blocks=True, lstrip_blocks=True)
         assert repr(diskcache.loads(diskcache.dumps(ast))) == repr(ast)
+    for source in EVERY_CONSTRUCT:
+        ast = parser.parse(source, do_statement=True)
+        assert repr(diskcache.loads(diskcache.dumps(ast))) == repr(ast), source
+    # chains nearly as deep as the parser allows (504) load too, in the default recursion limit
+    for unit in (" + 1", "|string", " if x else 1", ".a", "[0]"):
+        ast = parser.parse("{{ 1" + unit * 400 + " }}")
+        assert diskcache.loads(diskcache.dumps(ast)) is not None, unit
+    # the words the loader accepts are the parser's, the operators those the engine computes
+    from minijinja_py import arith, compiler
+
+    assert diskcache._NO_LOADER_TAGS == set(parser._NO_LOADER_TAGS)
+    assert diskcache._BINARY_OPERATORS == set(arith.BINOPS)
+    assert diskcache._COMPARISON_OPERATORS == set(compiler._COMPARE)
 
 
 def test_second_environment_loads_from_disk_without_parsing(cache_dir, monkeypatch) -> None:
@@ -116,10 +153,19 @@ def test_entry_swapped_for_another_templates_is_a_miss(cache_dir, monkeypatch) -
 
 
 def _key(source):
+    """The name of ``source``'s entry, as chat_environment() names it (Environment._parse)."""
     env = mj.chat_environment()
     return diskcache.entry_key(source, (env.trim_blocks, env.lstrip_blocks,
-                                        env.keep_trailing_newline, env.limits.max_nesting),
+                                        env.keep_trailing_newline, env.limits.max_nesting,
+                                        env.do_statement),
                                mj.environment._engine_id())
+
+
+def test_forged_entries_are_where_the_engine_reads(cache_dir) -> None:
+    # (the tests below write entries by that name: the engine must read them, not parse)
+    source = "{{ 'where' }}"
+    mj.chat_environment().from_string(source)
+    assert _entries(cache_dir) == [_key(source)]
 
 
 def _digest(source):
@@ -220,6 +266,124 @@ def test_sources_beyond_the_stored_size_are_not_stored(cache_dir) -> None:
     small = "{{ x }}"
     mj.chat_environment().from_string(small)
     assert len(_entries(cache_dir)) == 1
+
+
+# ---- entries holding what the parser never makes -------------------------------------------
+def _replaced(encoded, old, new):
+    """``encoded`` (nested tuples and lists) with each item equal to ``old``, and of its type,
+    replaced by ``new``."""
+    if type(encoded) is type(old) and encoded == old:
+        return new
+    if type(encoded) in (tuple, list):
+        return type(encoded)(_replaced(item, old, new) for item in encoded)
+    return encoded
+
+
+def _rewrite_entry(cache_dir, source, change) -> str:
+    """Let the engine store ``source``'s entry, then rewrite it as someone able to write the
+    file would: ``change`` maps its payload (decoded) to another, which gets a checksum of
+    its own; name, digest and marshal format stay. Every check the loader makes of the file
+    passes. Returns the entry's key."""
+    import marshal
+
+    mj.chat_environment().from_string(source)
+    key = _key(source)
+    path = cache_dir / key
+    entry = marshal.loads(path.read_bytes()[diskcache._HEADER:])
+    payload = marshal.dumps(change(entry), diskcache.MARSHAL_VERSION)
+    path.write_bytes(diskcache.payload_checksum(payload) + payload)
+    return key
+
+
+#: values marshal stores that no literal is: each would be rendered as it is
+FOREIGN_CONSTANTS = {
+    "bytes": b"BYTES", "code object": compile("1", "<forged>", "eval"),
+    "frozenset": frozenset({"x"}), "complex": 1j, "Ellipsis": ..., "set": {"x"},
+    "dict": {"k": "v"}, "list": ["x"], "tuple": (-1, "x"),
+}
+
+
+@pytest.mark.parametrize("value", FOREIGN_CONSTANTS.values(), ids=FOREIGN_CONSTANTS.keys())
+def test_constant_of_a_type_no_literal_has_is_a_miss(cache_dir, value) -> None:
+    source = "{{ 'hello' }}"
+    key = _rewrite_entry(cache_dir, source, lambda entry: _replaced(entry, "hello", value))
+    assert diskcache.load(key) is None
+    assert mj.chat_environment().from_string(source).render() == "hello"
+
+
+#: (source, context, a string the parser puts in a field, what replaces it, true output)
+FOREIGN_FIELDS = {
+    "an int for a name": ("{{ greeting }}", {"greeting": "hello"}, "greeting", 7, "hello"),
+    "bytes for template text": ("hello", {}, "hello", b"hello", "hello"),
+    "bytes for an attribute": ("{{ x.upper() }}", {"x": "a"}, "upper", b"upper", "A"),
+    "bytes for a filter": ("{{ x|upper }}", {"x": "a"}, "upper", b"upper", "A"),
+    "bytes for a keyword": ("{{ 'a'|center(width=3) }}", {}, "width", b"width", " a "),
+    "an operator the grammar has not": ("{{ 2 * 3 }}", {}, "*", "@", "6"),
+}
+
+
+@pytest.mark.parametrize("source, context, old, new, expected", FOREIGN_FIELDS.values(),
+                         ids=FOREIGN_FIELDS.keys())
+def test_field_of_a_type_the_parser_never_puts_there_is_a_miss(cache_dir, source, context,
+                                                               old, new, expected) -> None:
+    key = _rewrite_entry(cache_dir, source, lambda entry: _replaced(entry, old, new))
+    assert diskcache.load(key) is None
+    assert mj.chat_environment().from_string(source).render(**context) == expected
+
+
+def _nodes(source, change):
+    """The AST of ``source``, ``change``d (in place) into one the parser never makes."""
+    ast = parser.parse(source, trim_blocks=True, lstrip_blocks=True)
+    change(ast)
+    return ast
+
+
+def _set(node, field, value):
+    setattr(node, field, value)
+
+
+#: ASTs the parser never makes, each a template the compiler may still accept
+NEVER_PARSED = {
+    "a statement among expressions": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t.body[0], "nodes", [n.Break()])),
+    "an expression among statements": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t, "body", [n.Const("x")])),
+    "an assignment target read": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t.body[0], "nodes", [n.NameTarget("x")])),
+    "a slice out of brackets": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t.body[0], "nodes", [n.Slice(None, None, None)])),
+    "a filter of nothing out of a filter block": lambda: _nodes(
+        "{{ x|upper }}", lambda t: _set(t.body[0].nodes[0], "node", None)),
+    "an expression assigned to": lambda: _nodes(
+        "{% set x = 1 %}", lambda t: _set(t.body[0], "target", n.Name("x"))),
+    "a namespace attribute as a loop variable": lambda: _nodes(
+        "{% for x in y %}{% endfor %}", lambda t: _set(t.body[0], "target", n.NSRef("a", "b"))),
+    "an elif that is not an if": lambda: _nodes(
+        "{% if a %}{% elif b %}{% endif %}", lambda t: _set(t.body[0], "elif_", [n.Output([])])),
+    "a tuple for a constant": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t.body[0].nodes[0], "value", ("a", "b"))),
+    "a string for a boolean": lambda: _nodes(
+        "{{ x is not odd }}", lambda t: _set(t.body[0].nodes[0], "negated", "no")),
+    "an int for a boolean": lambda: _nodes(
+        "{% for x in y recursive %}{% endfor %}", lambda t: _set(t.body[0], "recursive", 1)),
+    "a comparison the grammar has not": lambda: _nodes(
+        "{{ 1 == 2 }}", lambda t: _set(t.body[0].nodes[0], "ops", [("is", n.Const(2))])),
+    "a keyword argument of three": lambda: _nodes(
+        "{{ f(a=1) }}", lambda t: _set(t.body[0].nodes[0], "kwargs", [("a", n.Const(1), 2)])),
+    "bytes for a line number": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t.body[0].nodes[0], "lineno", b"1")),
+    "a float for a column": lambda: _nodes(
+        "{{ 1 }}", lambda t: _set(t.body[0].nodes[0], "column", 4.0)),
+    "a tag that loads nothing": lambda: _nodes(
+        "{% include 'x' %}", lambda t: _set(t.body[0], "kind", "exec")),
+}
+
+
+@pytest.mark.parametrize("make", NEVER_PARSED.values(), ids=NEVER_PARSED.keys())
+def test_what_the_parser_never_makes_is_refused(make) -> None:
+    # checked by the loader itself: not left to the compiler (which fails on some of these,
+    # and then parses again) nor to the render (which shows what a constant holds)
+    assert diskcache.loads(diskcache.dumps(make())) is None
 
 
 # ---- the directory's bounds -------------------------------------------------------------
