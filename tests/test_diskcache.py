@@ -198,10 +198,10 @@ def test_payload_whose_references_expand_exponentially_is_refused_quickly(cache_
     payload = marshal.dumps((diskcache._MAGIC, _digest(source), template), 4)
     assert len(payload) < 1000
     key = _forge_entry(cache_dir, source, payload)
-    start = time.perf_counter()
+    start = time.thread_time()  # (CPU time: the wall clock grows with the machine's load)
     assert diskcache.load(key) is None
     assert mj.chat_environment().from_string(source).render() == "fine"
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
 
 
 def test_entries_are_written_without_back_references() -> None:

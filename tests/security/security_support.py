@@ -106,6 +106,9 @@ class Isolated:
 
     kind: str                      # "ok", "template_error", "escaped", "timeout", "crash"
     elapsed: float                 # seconds, measured around from_string + render in the child
+    #: CPU seconds the child spent in from_string + render (all its threads): what a bound on
+    #: the work is checked against, as the wall clock (``elapsed``) grows with the machine's load
+    cpu_seconds: float = 0.0
     output_length: int = 0
     output_head: str = ""
     has_address: bool = False      # "0x" followed by hex digits somewhere in the output
@@ -122,10 +125,11 @@ class Isolated:
 
     def describe(self) -> str:
         if self.kind in ("ok",):
-            return f"rendered {self.output_length:,} chars in {self.elapsed:.2f}s"
+            return (f"rendered {self.output_length:,} chars in {self.elapsed:.2f}s "
+                    f"({self.cpu_seconds:.2f}s CPU): {self.output_head[:100]!r}")
         if self.kind == "template_error":
-            return (f"{self.error_class} after {self.elapsed:.2f}s at line {self.lineno} "
-                    f"column {self.column}: {self.message[:300]}")
+            return (f"{self.error_class} after {self.elapsed:.2f}s ({self.cpu_seconds:.2f}s CPU)"
+                    f" at line {self.lineno} column {self.column}: {self.message[:300]}")
         if self.kind == "escaped":
             return f"NON-TEMPLATE {self.error_class} escaped: {self.message[:300]}"
         if self.kind == "timeout":
@@ -148,7 +152,11 @@ if request["env"] == "chat":
 else:
     env = mj.Environment(**options, **request["env_options"])
 result = {}
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 start = time.perf_counter()
+cpu_start = cpu_seconds()
 try:
     template = env.from_string(request["source"])
     data = request["data"]
@@ -164,6 +172,7 @@ except BaseException as exc:
               "message": str(getattr(exc, "message", None) or exc)[:2000],
               "lineno": getattr(exc, "lineno", None), "column": getattr(exc, "column", None)}
 result["elapsed"] = time.perf_counter() - start
+result["cpu_seconds"] = cpu_seconds() - cpu_start
 sys.stdout.write(json.dumps(result))
 """
 
@@ -198,7 +207,7 @@ def run_isolated(source: str, data: Optional[dict] = None, *, data_expr: str = "
                         stderr=completed.stderr.decode("utf-8", "replace")
                         + f"\n(exit status {completed.returncode})")
     return Isolated(
-        kind=result["kind"], elapsed=result["elapsed"],
+        kind=result["kind"], elapsed=result["elapsed"], cpu_seconds=result["cpu_seconds"],
         output_length=result.get("output_length", 0),
         output_head=result.get("output_head", ""),
         has_address=result.get("has_address", False),
