@@ -55,6 +55,7 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder, _special_tokens_of,
                      load_chat_config, select_template)
 from .pipeline import (ChatTemplate, ChatTemplateValueError, Now, _normalize_conversation)
+from .tokenizer_caps import check_tokenizer_config, check_tokenizer_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -352,7 +353,9 @@ class ChatTokenizer:
         """Load a model folder (``tokenizer.json`` is required; ``tokenizer_config.json`` and a
         chat template are optional: without a template, pass ``chat_template=`` when encoding).
         Files are read under :mod:`.config`'s rules (regular files inside the folder, bounded
-        sizes); problems are :class:`~minijinja_py.chat.ChatConfigError`. Raises
+        sizes), and what the tokenizer holds (vocabulary, merges, added tokens) under the caps
+        of :mod:`.tokenizer_caps`, checked before it is built; problems are
+        :class:`~minijinja_py.chat.ChatConfigError`. Raises
         :class:`TokenizersNotInstalledError` without the ``tokenizers`` extra."""
         tokenizers = _import_tokenizers()
         directory = Path(path)
@@ -372,16 +375,17 @@ class ChatTokenizer:
                 raise ChatConfigError(f"{directory / TOKENIZER_CONFIG_FILE}: expected a JSON "
                                       "object")
             config = loaded
+        check_tokenizer_config(config, directory / TOKENIZER_CONFIG_FILE)
         folder.budget = MAX_TOKENIZER_BYTES
         data = folder.read(directory / TOKENIZER_FILE, MAX_TOKENIZER_BYTES, "a tokenizer")
         if data is None:
             raise ChatConfigError(f"{directory}: no {TOKENIZER_FILE} (token ids need the "
                                   "tokenizer itself, not only its config)")
+        # UTF-8 and the caps of .tokenizer_caps, before the library builds anything; the
+        # library reads the bytes (a text copy of them would double the memory)
+        check_tokenizer_json(data, directory / TOKENIZER_FILE)
         try:
-            backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ChatConfigError(f"{directory / TOKENIZER_FILE}: not UTF-8 text "
-                                  f"({exc.reason})") from None
+            backend = tokenizers.Tokenizer.from_buffer(data)
         except Exception as exc:  # the Rust side reports a malformed file as a plain Exception
             raise ChatConfigError(f"{directory / TOKENIZER_FILE}: the tokenizers library cannot "
                                   f"load it ({str(exc).splitlines()[0] if str(exc) else exc!r})"
