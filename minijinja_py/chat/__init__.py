@@ -13,6 +13,8 @@ errors) to do what transformers does around a chat template:
 - :mod:`.tokens`: ``apply_chat_template(..., tokenize=True)``: ``ChatTokenizer`` (a model
   folder's ``tokenizer.json`` through the optional ``tokenizers`` package), token ids,
   attention and assistant masks, control-token sanitising, padding and truncation;
+- :mod:`.tokenizer_caps`: caps on what a model folder's tokenizer may hold, checked before it
+  is built;
 - :mod:`.pool`: renders in worker processes, for servers running untrusted templates;
 - :mod:`.cli`: the ``minijinja-py`` command.
 """

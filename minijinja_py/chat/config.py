@@ -118,8 +118,13 @@ def _read_regular(resolved: str, shown: Path, cap: int, what: str, head: bool = 
                                   f"{cap:,} read for {what}")
         chunks = []
         remaining = cap if head else cap + 1
+        # The size fstat gave in one read, then small ones up to the end (or past the cap, if
+        # the file grew): b"".join returns a lone chunk as it is, where joining many holds
+        # the file twice (a 500 MB tokenizer.json).
+        size = min(remaining, max(status.st_size + 1, 1 << 20))
         while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
+            chunk = os.read(fd, size)
+            size = min(remaining - len(chunk), 1 << 20)
             if not chunk:
                 break
             chunks.append(chunk)

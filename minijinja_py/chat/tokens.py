@@ -41,6 +41,7 @@ tokenizer; the provenance variants are in provenance_uses.py, the command in cli
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import operator
 import os
@@ -54,6 +55,7 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder, _special_tokens_of,
                      load_chat_config, select_template)
 from .pipeline import (ChatTemplate, ChatTemplateValueError, Now, _normalize_conversation)
+from .tokenizer_caps import check_tokenizer_config, check_tokenizer_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,6 +92,14 @@ _TRUNCATION_VALUES = ("longest_first", "only_first", "only_second", "do_not_trun
 #: API does not produce).
 #: Below this many characters one plain encode is faster than pieces encoded in parallel.
 _PARALLEL_MIN_CHARS = 4096
+
+#: Most characters of added tokens (all together) for which a text is cut at its added tokens
+#: with a regular expression, to encode the pieces in parallel or find control tokens without
+#: encoding. Compiling it costs 2.5 to 4 microseconds a character (up to a second at this size,
+#: once), so beyond it (tens of thousands of added tokens; real chat models have at most a few
+#: thousand, in some kilobytes: command-r 1,008 in 11,219 characters) the Rust encoder does
+#: that work itself, with the same result.
+_MAX_ADDED_PATTERN_CHARS = 256 * 1024
 
 #: Pre-tokenizers that treat every piece of text alike, wherever it starts.
 _PIECEWISE_PRE_TOKENIZERS = ("Split", "ByteLevel", "Whitespace", "WhitespaceSplit", "Punctuation",
@@ -228,12 +238,11 @@ class ChatTokenizer:
             sorted(backend.get_added_tokens_decoder().items()))
         self.added_tokens_encoder: Dict[str, int] = {
             token.content: index for index, token in self.added_tokens_decoder.items()}
-        # every added token, marked: how a marked render is cut into pieces
-        self._markers_re = re.compile(
-            f"{CONTROL_TOKEN_START}({_alternation(self.added_tokens_encoder)}){CONTROL_TOKEN_END}"
-            f"|[{CONTROL_TOKEN_START}{CONTROL_TOKEN_END}]")
-        self._added_re = re.compile(_alternation(self.added_tokens_encoder))
-        self._segmentable = self._position_independent()
+        # The pattern of every added token is compiled on first use, and only when short
+        # enough (see _MAX_ADDED_PATTERN_CHARS); the shortcuts that use it need _segmentable.
+        self._added_pattern: Optional["re.Pattern[str]"] = None
+        self._segmentable = self._position_independent() and \
+            sum(map(len, self.added_tokens_encoder)) <= _MAX_ADDED_PATTERN_CHARS
         self._lock = threading.Lock()
         self._backends: Dict[bool, Any] = {}  # copies with the other encode_special_tokens
         self._templates: "OrderedDict[Any, ChatTemplate]" = OrderedDict()
@@ -271,6 +280,21 @@ class ChatTokenizer:
                 return False
         return True
 
+    @property
+    def _added_re(self) -> "re.Pattern[str]":
+        """Every added token, leftmost and then longest first (the Rust added vocabulary's
+        rule): how a text is cut at its added tokens without the Rust encoder. Compiled on
+        first use (see _MAX_ADDED_PATTERN_CHARS), for a tokenizer that is
+        :attr:`_segmentable`."""
+        pattern = self._added_pattern
+        if pattern is None:
+            with self._lock:
+                pattern = self._added_pattern
+                if pattern is None:
+                    pattern = re.compile(_alternation(self.added_tokens_encoder))
+                    self._added_pattern = pattern
+        return pattern
+
     @staticmethod
     def _side(config: Mapping[str, Any], key: str) -> str:
         side = config.get(key, "right")
@@ -284,21 +308,24 @@ class ChatTokenizer:
             return
         tokenizers = _import_tokenizers()
         present = {token.content for token in self.backend.get_added_tokens_decoder().values()}
+        missing = []
         for _, entry in sorted(decoder.items(), key=lambda item: int(item[0])
                                if str(item[0]).isdigit() else 0):
             if not isinstance(entry, Mapping) or not isinstance(entry.get("content"), str):
                 continue
             if entry["content"] in present:
                 continue
-            token = tokenizers.AddedToken(
+            missing.append(tokenizers.AddedToken(
                 entry["content"], single_word=bool(entry.get("single_word", False)),
                 lstrip=bool(entry.get("lstrip", False)), rstrip=bool(entry.get("rstrip", False)),
                 normalized=bool(entry.get("normalized", not entry.get("special", False))),
-                special=bool(entry.get("special", False)))
-            if token.special:
-                self.backend.add_special_tokens([token])
-            else:
-                self.backend.add_tokens([token])
+                special=bool(entry.get("special", False))))
+        # One call per run of special or plain tokens, in order: the same ids as one call per
+        # token, but the backend rebuilds its matcher of all added tokens once per call, so
+        # a call per token made this quadratic (20,000 tokens took 74 s).
+        for special, run in itertools.groupby(missing, key=operator.attrgetter("special")):
+            add = self.backend.add_special_tokens if special else self.backend.add_tokens
+            add(list(run))
 
     def _add_special_tokens(self, config: Mapping[str, Any]) -> None:
         """As transformers does on loading: the special tokens (bos, eos, ..., and the
@@ -326,7 +353,9 @@ class ChatTokenizer:
         """Load a model folder (``tokenizer.json`` is required; ``tokenizer_config.json`` and a
         chat template are optional: without a template, pass ``chat_template=`` when encoding).
         Files are read under :mod:`.config`'s rules (regular files inside the folder, bounded
-        sizes); problems are :class:`~minijinja_py.chat.ChatConfigError`. Raises
+        sizes), and what the tokenizer holds (vocabulary, merges, added tokens) under the caps
+        of :mod:`.tokenizer_caps`, checked before it is built; problems are
+        :class:`~minijinja_py.chat.ChatConfigError`. Raises
         :class:`TokenizersNotInstalledError` without the ``tokenizers`` extra."""
         tokenizers = _import_tokenizers()
         directory = Path(path)
@@ -346,16 +375,17 @@ class ChatTokenizer:
                 raise ChatConfigError(f"{directory / TOKENIZER_CONFIG_FILE}: expected a JSON "
                                       "object")
             config = loaded
+        check_tokenizer_config(config, directory / TOKENIZER_CONFIG_FILE)
         folder.budget = MAX_TOKENIZER_BYTES
         data = folder.read(directory / TOKENIZER_FILE, MAX_TOKENIZER_BYTES, "a tokenizer")
         if data is None:
             raise ChatConfigError(f"{directory}: no {TOKENIZER_FILE} (token ids need the "
                                   "tokenizer itself, not only its config)")
+        # UTF-8 and the caps of .tokenizer_caps, before the library builds anything; the
+        # library reads the bytes (a text copy of them would double the memory)
+        check_tokenizer_json(data, directory / TOKENIZER_FILE)
         try:
-            backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ChatConfigError(f"{directory / TOKENIZER_FILE}: not UTF-8 text "
-                                  f"({exc.reason})") from None
+            backend = tokenizers.Tokenizer.from_buffer(data)
         except Exception as exc:  # the Rust side reports a malformed file as a plain Exception
             raise ChatConfigError(f"{directory / TOKENIZER_FILE}: the tokenizers library cannot "
                                   f"load it ({str(exc).splitlines()[0] if str(exc) else exc!r})"
@@ -862,10 +892,7 @@ class ChatTokenizer:
         """Encode a render of marked inputs: marked control tokens as plain text, the rest
         normally. Returns (the text without markers, ids, each token's character offsets in
         that text, the generation spans moved into that text)."""
-        # Even pieces are text, odd ones the token inside a marker pair (None: a lone marker,
-        # dropped, but it still separates the text around it).
-        pieces = [(piece, i % 2 == 1) for i, piece in enumerate(self._markers_re.split(marked))
-                  if piece]
+        pieces = self._marked_pieces(marked)
         ids, offsets = self._encode_pieces(pieces, want_offsets)
         moved: List[Tuple[int, int]] = []
         if spans:
@@ -874,6 +901,36 @@ class ChatTokenizer:
             moved = [(start - bisect.bisect_left(markers, start),
                       end - bisect.bisect_left(markers, end)) for start, end in spans]
         return "".join(piece for piece, _ in pieces), ids, offsets, moved
+
+    def _marked_pieces(self, marked: str) -> List[Tuple[str, bool]]:
+        """A marked render cut into ``(piece, as_plain_text)``: an added token between a start
+        and an end marker is a plain-text piece; a lone marker is dropped, but it still
+        separates the text around it. A marker pair holds an added token exactly when the
+        text between the two is one (no added token the caller's strings can contain holds a
+        marker, as they are removed from those), so one dictionary lookup per marker pair
+        does it, however many added tokens there are."""
+        tokens = self.added_tokens_encoder
+        pieces: List[Tuple[str, bool]] = []
+        markers = [match.start() for match in _ANY_MARKER_RE.finditer(marked)]
+        position = 0
+        index = 0
+        while index < len(markers):
+            at = markers[index]
+            index += 1
+            if at > position:
+                pieces.append((marked[position:at], False))
+            position = at + 1
+            if marked[at] != CONTROL_TOKEN_START or index == len(markers):
+                continue
+            end = markers[index]
+            inside = marked[at + 1:end]
+            if marked[end] == CONTROL_TOKEN_END and inside and inside in tokens:
+                pieces.append((inside, True))
+                position = end + 1
+                index += 1
+        if position < len(marked):
+            pieces.append((marked[position:], False))
+        return pieces
 
     def _encode_pieces(self, pieces: Sequence[Tuple[str, bool]], want_offsets: bool = False,
                        split_special_tokens: Optional[bool] = None

@@ -1,10 +1,12 @@
 """Hostile model folders, config files, GGUF files and command lines.
 
 The promise of the loading paths (``ChatTemplate.from_tokenizer_config``, ``load_chat_config``,
-``read_gguf_chat_info`` and the ``minijinja-py`` command): bad input gives one clear error
-(a :class:`ChatConfigError`/:class:`GGUFError`, both ValueErrors, naming the file; on the
-command line one ``minijinja-py: error: ...`` line and a non-zero exit), never a traceback,
-never a hang, and nothing outside the model folder is ever read.
+``read_gguf_chat_info``, ``ChatTokenizer.from_pretrained`` and the ``minijinja-py`` command):
+bad input gives one clear error (a :class:`ChatConfigError`/:class:`GGUFError`, both
+ValueErrors, naming the file; on the command line one ``minijinja-py: error: ...`` line and a
+non-zero exit), never a traceback, never a hang, and nothing outside the model folder is ever
+read. A tokenizer is loaded in time linear in its files, and what it may hold is capped
+(:mod:`minijinja_py.chat.tokenizer_caps`), checked before the tokenizers library builds it.
 
 Everything here uses real files in ``tmp_path``: real symlinks, real FIFOs (``os.mkfifo``),
 ``/dev/zero``. Anything that would hang or eat memory if the protection regressed runs in a
@@ -663,3 +665,253 @@ def test_cli_last_resort_net(tmp_path: Path, capsys: pytest.CaptureFixture,
     monkeypatch.setattr(cli, "_cmd_render", recurse)
     code, out, err = cli_main(capsys, ["render", str(template)])
     assert code == 1 and "RecursionError" in err and len(err.splitlines()) == 1
+
+
+# ---- 6. tokenizer.json: caps on what loading it builds --------------------------------------
+needs_tokenizers = pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("tokenizers") is None,
+    reason="the tokenizers extra is not installed")
+
+# Loads a model folder with ChatTokenizer in the child; argv[2] (JSON) sets caps of
+# tokenizer_caps first (only when given, so that a run without the module shows what the
+# loader did before it).
+LOAD_TOKENIZER_IN_CHILD = """
+    import json, sys
+    overrides = json.loads(sys.argv[2])
+    if overrides:
+        from minijinja_py.chat import tokenizer_caps
+        for name, value in overrides.items():
+            assert hasattr(tokenizer_caps, name), name
+            setattr(tokenizer_caps, name, value)
+    from minijinja_py.chat import ChatTokenizer
+    try:
+        tok = ChatTokenizer.from_pretrained(sys.argv[1])
+        print(json.dumps({"ok": True, "added": len(tok.added_tokens_decoder),
+                          "vocabulary": tok.backend.get_vocab_size(with_added_tokens=False),
+                          "ids": tok.encode(sys.argv[3])}))
+    except Exception as exc:
+        print(json.dumps({"ok": False, "type": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def load_tokenizer_in_child(folder: Path, caps: Optional[Dict[str, int]] = None,
+                            text: str = "") -> Dict[str, Any]:
+    return run_child(LOAD_TOKENIZER_IN_CHILD, str(folder), json.dumps(caps or {}), text)
+
+
+def letters(count: int) -> List[str]:
+    """``count`` distinct short tokens: a..z, then aa..zz, ..."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz"
+    tokens = list(alphabet)
+    tokens += [a + b for a in alphabet for b in alphabet]
+    assert count <= len(tokens)
+    return tokens[:count]
+
+
+def write_tokenizer(folder: Path, vocabulary: int = 26, merges: int = 0,
+                    added: int = 0, config: Optional[Dict[str, Any]] = None) -> Path:
+    """A loadable BPE tokenizer.json: ``vocabulary`` tokens (letters, then pairs of letters),
+    ``merges`` of two letters into a pair, ``added`` special tokens ``<|s_N|>``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {token: index for index, token in enumerate(letters(max(vocabulary, 26 + merges)))}
+    pairs = [token for token in vocab if len(token) == 2][:merges]
+    document = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": len(vocab) + i, "content": f"<|s_{i}|>", "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False,
+                          "special": True} for i in range(added)],
+        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [[pair[0], pair[1]] for pair in pairs]}}
+    (folder / "tokenizer.json").write_text(json.dumps(document, indent=2))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config or {}))
+    return folder
+
+
+def write_counted_list(folder: Path, key: str, entry: bytes, count: int) -> Path:
+    """A tokenizer.json whose ``key`` list (``added_tokens``, or ``vocab``/``merges`` in the
+    model) has ``count`` copies of ``entry``: not a loadable tokenizer, but it need not be,
+    as the caps are checked before the library reads the file. Written as bytes, fast. (A
+    vocabulary is an object of ``"token": id`` entries, or a Unigram one's list.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    is_object = key == "vocab" and entry.startswith(b'"')
+    opening, closing = (b"{", b"}") if is_object else (b"[", b"]")
+    body = opening + b",".join([entry] * count) + closing
+    model = {"added_tokens": b'"model": {"type": "BPE", "vocab": {}, "merges": []}',
+             "vocab": b'"model": {"type": "BPE", "vocab": ' + body + b', "merges": []}',
+             "merges": b'"model": {"type": "BPE", "vocab": {}, "merges": ' + body + b"}"}[key]
+    added = body if key == "added_tokens" else b"[]"
+    (folder / "tokenizer.json").write_bytes(b'{"version": "1.0", "added_tokens": ' + added
+                                            + b", " + model + b"}")
+    return folder
+
+
+ADDED_TOKEN = (b'{"id": 1, "content": "<|reserved_special_token_0|>", "single_word": false, '
+               b'"lstrip": false, "rstrip": false, "normalized": false, "special": true}')
+
+
+@needs_tokenizers
+def test_the_issues_600000_added_tokens_are_refused_before_loading(tmp_path: Path) -> None:
+    # Issue 34 item 6: a tokenizer.json with 600,000 added tokens (81 MB here, under the
+    # 512 MiB byte cap) took over a minute and 2.7 GB, compiling patterns of all of them.
+    folder = write_counted_list(tmp_path / "model", "added_tokens", ADDED_TOKEN, 600_000)
+    outcome = load_tokenizer_in_child(folder)
+    assert outcome["ok"] is False and outcome["type"] == "ChatConfigError", outcome
+    assert outcome["message"] == (
+        f"{folder / 'tokenizer.json'}: refused: 600,000 added tokens, more than the 262,144 "
+        "accepted (the cap, MAX_ADDED_TOKENS)")
+
+
+@needs_tokenizers
+@pytest.mark.parametrize("key,entry,count,what,cap", [
+    ("vocab", b'"a": 0', 2_097_153, "vocabulary entries", "2,097,152 accepted (the cap, "
+     "MAX_VOCABULARY_SIZE)"),
+    ("vocab", b'["a", -1.5]', 2_097_153, "vocabulary entries", "MAX_VOCABULARY_SIZE"),
+    ("merges", b'["a", "b"]', 2_097_153, "merges", "2,097,152 accepted (the cap, MAX_MERGES)"),
+    ("merges", b'"a b"', 2_097_153, "merges", "MAX_MERGES"),
+    ("added_tokens", b'{"content": "x"}', 262_145, "added tokens",
+     "262,144 accepted (the cap, MAX_ADDED_TOKENS)"),
+], ids=["vocab", "unigram-vocab", "merges", "merges-as-strings", "added-tokens"])
+def test_every_list_over_its_cap_is_refused_before_loading(tmp_path: Path, key: str,
+                                                           entry: bytes, count: int, what: str,
+                                                           cap: str) -> None:
+    folder = write_counted_list(tmp_path / "model", key, entry, count)
+    outcome = load_tokenizer_in_child(folder)
+    assert outcome["ok"] is False and outcome["type"] == "ChatConfigError", outcome
+    assert outcome["message"].startswith(f"{folder / 'tokenizer.json'}: refused: {count:,} "
+                                         f"{what}, more than the "), outcome
+    assert cap in outcome["message"]
+
+
+@needs_tokenizers
+def test_a_million_other_values_are_refused_before_loading(tmp_path: Path) -> None:
+    folder = write_tokenizer(tmp_path / "model")
+    document = json.loads((folder / "tokenizer.json").read_text())
+    document["pre_tokenizer"] = {"type": "Sequence",
+                                 "pretokenizers": [{"type": "Whitespace"}] * 1_000_000}
+    (folder / "tokenizer.json").write_text(json.dumps(document))
+    outcome = load_tokenizer_in_child(folder)
+    assert outcome["ok"] is False and outcome["type"] == "ChatConfigError", outcome
+    assert outcome["message"] == (
+        f"{folder / 'tokenizer.json'}: refused: more than 100,000 JSON values besides the usual "
+        "entries of its vocabulary, merges and added tokens (the cap, MAX_OTHER_JSON_VALUES)")
+
+
+@needs_tokenizers
+@pytest.mark.parametrize("key", ["added_tokens_decoder", "additional_special_tokens",
+                                 "extra_special_tokens"])
+def test_config_token_lists_over_the_cap_are_refused(tmp_path: Path, key: str) -> None:
+    # 262,145 added tokens missing from tokenizer.json were added one call each, every call
+    # rebuilding the backend's matcher of all of them: quadratic, hours at this size.
+    entries: Any = [f"<c{i}>" for i in range(262_145)]
+    if key == "added_tokens_decoder":
+        entries = {str(100 + i): {"content": token, "special": True}
+                   for i, token in enumerate(entries)}
+    folder = write_tokenizer(tmp_path / "model", config={key: entries})
+    outcome = load_tokenizer_in_child(folder)
+    assert outcome["ok"] is False and outcome["type"] == "ChatConfigError", outcome
+    assert outcome["message"].startswith(f"{folder / 'tokenizer_config.json'}: refused: "
+                                         f"262,145 "), outcome
+    assert f"({key}), more than the 262,144 accepted (the cap, MAX_ADDED_TOKENS)" in \
+        outcome["message"]
+
+
+@needs_tokenizers
+def test_config_tokens_missing_from_the_tokenizer_are_added_in_linear_time(
+        tmp_path: Path) -> None:
+    # They were added one backend call each, every call rebuilding the backend's matcher of
+    # all added tokens: 20,000 took 74 s, this many would take half an hour. In runs of
+    # special and plain tokens they get the same ids, in the config's order.
+    count = 100_000
+    decoder = {str(26 + i): {"content": f"<c{i}>", "special": i % 50_000 != 0}
+               for i in range(count)}
+    folder = write_tokenizer(tmp_path / "model", config={"added_tokens_decoder": decoder})
+    outcome = load_tokenizer_in_child(folder, text="ab <c0> <c1> <c99999>")
+    assert outcome["ok"] is True, outcome
+    assert outcome["added"] == count
+    assert outcome["ids"] == [0, 1, 26, 27, 26 + 99_999]
+
+
+@needs_tokenizers
+def test_a_quarter_million_added_tokens_load_without_compiling_patterns(tmp_path: Path) -> None:
+    # On loading, every added token went into two regular expressions, compiled at about
+    # 1.5 microseconds a character: half a minute at this size (the cap, MAX_ADDED_TOKENS).
+    # Sanitising no longer needs one, the other is built on first use.
+    folder = write_tokenizer(tmp_path / "model", added=262_144)
+    outcome = load_tokenizer_in_child(folder, text="ab <|s_7|>cd<|s_262143|>")
+    assert outcome["ok"] is True, outcome
+    assert outcome["added"] == 262_144
+    assert outcome["ids"] == [0, 1, 26 + 7, 2, 3, 26 + 262_143]
+
+
+@needs_tokenizers
+@pytest.mark.parametrize("cap,what,build", [
+    ("MAX_VOCABULARY_SIZE", "vocabulary entries", lambda folder, n: write_tokenizer(
+        folder, vocabulary=n)),
+    ("MAX_MERGES", "merges", lambda folder, n: write_tokenizer(folder, merges=n)),
+    ("MAX_ADDED_TOKENS", "added tokens", lambda folder, n: write_tokenizer(folder, added=n)),
+], ids=["vocabulary", "merges", "added-tokens"])
+def test_a_tokenizer_at_a_cap_loads_and_one_more_is_refused(tmp_path: Path, cap: str,
+                                                            what: str, build: Any) -> None:
+    # With the cap lowered to 300 (the caps are module constants, read at every load, which
+    # trusted deployments may raise).
+    at_cap = load_tokenizer_in_child(build(tmp_path / "at", 300), {cap: 300}, "ab cd")
+    assert at_cap["ok"] is True, at_cap
+    folder = build(tmp_path / "over", 301)
+    over = load_tokenizer_in_child(folder, {cap: 300})
+    assert over["ok"] is False and over["type"] == "ChatConfigError", over
+    assert over["message"] == (f"{folder / 'tokenizer.json'}: refused: 301 {what}, more than "
+                               f"the 300 accepted (the cap, {cap})")
+
+
+@needs_tokenizers
+@pytest.mark.parametrize("label,data,reason", [
+    ("trailing comma", b'{"added_tokens": [], "model": {"vocab": {"a": 0,}}}',
+     "not valid JSON (expected a key at byte 48)"),
+    ("unclosed", b'{"added_tokens": [], "model": {"vocab": {"a": 0}',
+     "not valid JSON (expected ',' or '}' at byte 48)"),
+    ("extra data", b'{"added_tokens": []} {}', "not valid JSON (extra data at byte 21)"),
+    ("deep", b'{"normalizer": ' + b"[" * 200 + b"]" * 200 + b"}",
+     "refused: its JSON is nested too deeply to read"),
+    ("not UTF-8", b'{"model": {"vocab": {"\xff": 0}}}', "not UTF-8 text (invalid start byte)"),
+], ids=["trailing-comma", "unclosed", "extra-data", "deep", "not-utf8"])
+def test_malformed_tokenizer_json_is_refused_before_loading(tmp_path: Path, label: str,
+                                                            data: bytes, reason: str) -> None:
+    (tmp_path / "tokenizer.json").write_bytes(data)
+    from minijinja_py.chat import ChatTokenizer
+
+    with pytest.raises(ChatConfigError) as info:
+        ChatTokenizer.from_pretrained(tmp_path)
+    assert str(info.value) == f"{tmp_path / 'tokenizer.json'}: {reason}"
+
+
+def test_the_scan_counts_every_entry_whatever_its_form() -> None:
+    # Usual entries are matched hundreds at a time, others value by value: the count is
+    # exact either way, wherever the two meet.
+    from minijinja_py.chat import tokenizer_caps
+
+    odd_forms = [b'{"content": "x", "extra": {"nested": [1, 2]}}', b'{"content": "y"}',
+                 b"[1]", b'{"content": "z", "more": [' + b"0, " * 20 + b"0]}"]
+    for count, every in [(1, 1), (255, 7), (256, 300), (257, 100), (1000, 3), (1300, 256)]:
+        entries = [odd_forms[i % len(odd_forms)] if i % every == every - 1 else ADDED_TOKEN
+                   for i in range(count)]
+        data = b'{"added_tokens": [\n' + b",\n ".join(entries) + b"\n]}"
+        assert len(json.loads(data)["added_tokens"]) == count
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(tokenizer_caps, "MAX_ADDED_TOKENS", count)
+            tokenizer_caps.check_tokenizer_json(data, Path("t.json"))
+            patch.setattr(tokenizer_caps, "MAX_ADDED_TOKENS", count - 1)
+            with pytest.raises(ChatConfigError, match=f"refused: {count:,} added tokens"):
+                tokenizer_caps.check_tokenizer_json(data, Path("t.json"))
+
+
+@needs_tokenizers
+def test_cli_encode_refuses_a_folder_over_a_cap(tmp_path: Path) -> None:
+    folder = write_counted_list(tmp_path / "model", "vocab", b'"a": 0', 2_097_153)
+    result = run_cli(["encode", str(folder)])
+    assert_one_line_error(result.returncode, result.stdout, result.stderr,
+                          str(folder / "tokenizer.json"), "2,097,153 vocabulary entries",
+                          "MAX_VOCABULARY_SIZE")
