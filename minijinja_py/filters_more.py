@@ -815,9 +815,32 @@ def do_pprint(value: Any) -> str:
     check_string_size(size)
     charge(size)
     try:
-        return _pprint.pformat(value)
+        text = _pprint.pformat(value)
     except RecursionError:
         raise limits.exceeded("max_recursion", "data nested too deeply for pprint") from None
+    if "<Recursion on " in text:
+        text = _without_addresses(text, value)
+    return text
+
+
+#: pprint's mark for a container met again inside itself: it names the container's id,
+#: which in CPython is its memory address.
+_RECURSION_MARK = re.compile(r"<Recursion on (\w+) with id=(\d+)>")
+
+
+def _without_addresses(text: str, value: Any) -> str:
+    """``text`` (pprint's of ``value``) with the id taken out of each recursion mark that names
+    a container of ``value``: a template never prints a memory address (Jinja2 prints it;
+    no two processes print the same there, so no reference output can hold it)."""
+    containers = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple, dict, set, frozenset)) and id(item) not in containers:
+            containers.add(id(item))
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return _RECURSION_MARK.sub(lambda match: f"<Recursion on {match.group(1)}>"
+                               if int(match.group(2)) in containers else match.group(0), text)
 
 
 # Jinja2's names for these functions (see filters._JINJA2_NAMES), module attributes too.

@@ -18,6 +18,7 @@ import datetime
 import decimal
 import json
 import math
+import re
 from typing import Any, Callable, List, Optional
 
 import pytest
@@ -508,7 +509,10 @@ def test_odd_data_renders_like_jinja2_or_fails_cleanly(source: str,
                                                        make: Callable[[], Any]) -> None:
     reference, ours = _odd_outcomes(source, make)
     if reference[0] == "ok":
-        assert ours == reference
+        # (a documented difference: pprint's mark of a container inside itself names no id,
+        # which is its memory address; Jinja2's does)
+        assert ours == (reference[0], re.sub(r"(<Recursion on \w+) with id=\d+>", r"\1>",
+                                             reference[1]))
     else:
         assert ours[0] == "error", f"Jinja2 raised {reference[1]}, we rendered {ours[1]!r}"
 
