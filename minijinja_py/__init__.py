@@ -37,6 +37,7 @@ _LAZY = {
     "RenderMemoryError": "chat.pool", "WorkerCrashedError": "chat.pool",
     "ChatTokenizer": "chat.tokens", "ChatEncoding": "chat.tokens",
     "TokenizersNotInstalledError": "chat.tokens",
+    "UnencodableTextError": "chat.tokens",
 }
 
 __all__ = [
@@ -56,7 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
                                 apply_chat_template)
     from .chat.pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .chat.schema import DocstringParsingException, TypeHintParsingException, get_json_schema
-    from .chat.tokens import ChatEncoding, ChatTokenizer, TokenizersNotInstalledError
+    from .chat.tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
+                              UnencodableTextError)
     from .environment import Environment, Template, chat_environment
     from .limits import Limits
     from .markup import Markup, escape

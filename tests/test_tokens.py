@@ -553,3 +553,21 @@ def test_rendering_text_never_imports_tokenizers() -> None:
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "2"]
+
+
+@pytest.mark.parametrize("options", [{}, {"sanitize_control_tokens": True},
+                                     {"sanitize_control_tokens": "provenance"},
+                                     {"return_assistant_tokens_mask": "messages"}])
+def test_text_no_tokenizer_encodes_is_a_clear_error(options: dict) -> None:
+    """A lone surrogate renders (tokenize=False) but no tokenizer encodes it: transformers
+    raises the tokenizers library's TypeError ("TextEncodeInput must be Union[...]"); here a
+    TypeError too, naming what and where."""
+    tok = tokenizer("qwen2")
+    conversation = [{"role": "user", "content": "ok \ud800 then"},
+                    {"role": "assistant", "content": "fine"}]
+    text = tok.apply_chat_template(conversation, tokenize=False)
+    assert "\ud800" in text
+    with pytest.raises(mj.UnencodableTextError, match="lone surrogate '\\\\ud800' at character"
+                       ) as info:
+        tok.apply_chat_template(conversation, tokenize=True, **options)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, mj.TemplateError)

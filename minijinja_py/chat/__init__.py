@@ -26,7 +26,7 @@ from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemp
                        ChatTemplateValueError, RenderResult, apply_chat_template,
                        plain_template_data)
 from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
-                     load_tokenizer)
+                     UnencodableTextError, load_tokenizer)
 
 __all__ = [
     "ChatTemplate", "RenderResult", "ChatTemplateValueError", "apply_chat_template",
@@ -34,5 +34,6 @@ __all__ = [
     "select_template", "CONTINUE_FINAL_MESSAGE_MARKER", "REASONING_FIELDS",
     "SPECIAL_TOKEN_NAMES", "CHAT_TEMPLATE_FILE", "CHAT_TEMPLATE_DIR", "TOKENIZER_CONFIG_FILE",
     "MAX_CONFIG_BYTES", "MAX_FOLDER_BYTES",
-    "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError", "load_tokenizer",
+    "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError", "UnencodableTextError",
+    "load_tokenizer",
 ]

@@ -54,6 +54,7 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder, _special_tokens_of,
                      load_chat_config, select_template)
+from ..exceptions import TemplateError
 from .pipeline import (ChatTemplate, ChatTemplateValueError, Now, _normalize_conversation)
 from .tokenizer_caps import check_tokenizer_config, check_tokenizer_json
 
@@ -109,6 +110,26 @@ _PIECEWISE_PRE_TOKENIZERS = ("Split", "ByteLevel", "Whitespace", "WhitespaceSpli
 _TOKENIZER_KWARGS = ("padding", "truncation", "max_length", "pad_to_multiple_of", "padding_side",
                      "return_attention_mask", "return_offsets_mapping", "split_special_tokens",
                      "verbose")
+
+
+class UnencodableTextError(TemplateError, TypeError):
+    """The rendered text holds a lone surrogate (a code point U+D800-U+DFFF that is half of a
+    pair), which no tokenizer encodes: transformers raises the tokenizers library's
+    ``TypeError`` there; this one says why and where. The text renders (``tokenize=False``)."""
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_surrogates(texts: Sequence[str]) -> None:
+    """Raise :class:`UnencodableTextError` for the first text holding a lone surrogate."""
+    for text in texts:
+        found = _LONE_SURROGATE.search(text)
+        if found is not None:
+            raise UnencodableTextError(
+                f"cannot encode the rendered text: it holds a lone surrogate "
+                f"{found.group()!r} at character {found.start():,} (half of a UTF-16 pair, "
+                "which no tokenizer encodes)")
 
 
 class TokenizersNotInstalledError(ImportError):
@@ -489,17 +510,22 @@ class ChatTokenizer:
         ``encode_batch_fast`` (when the installed tokenizers has it), which skips tracking
         them."""
         batch_fast = getattr(backend, "encode_batch_fast", None)
-        if not offsets and batch_fast is not None:
-            return batch_fast(texts, add_special_tokens=False)
-        if len(texts) == 1:
-            return [backend.encode(texts[0], add_special_tokens=False)]
-        return backend.encode_batch(texts, add_special_tokens=False)
+        try:
+            if not offsets and batch_fast is not None:
+                return batch_fast(texts, add_special_tokens=False)
+            if len(texts) == 1:
+                return [backend.encode(texts[0], add_special_tokens=False)]
+            return backend.encode_batch(texts, add_special_tokens=False)
+        except TypeError:
+            _refuse_surrogates(texts)
+            raise
 
     def _encode_as_text(self, text: str) -> List[int]:
         """Ids of ``text`` with no added token matched, special or not: the backend's
         normalizer, pre-tokenizer and model without its added vocabulary (what transformers'
         fast tokenizers do for ``sanitize_control_tokens``)."""
         backend = self.backend
+        _refuse_surrogates((text,))
         if backend.normalizer is not None:
             text = backend.normalizer.normalize_str(text)
         splits = [text]
