@@ -111,6 +111,17 @@ def size_cost(value: Any) -> int:
 #: more, about 80 bytes: five steps of 16 bytes, so that what one render can allocate stays
 #: near a gigabyte (50 million steps) even when it is made of many small strings.
 FRESH_ITEM_STEPS = 5
+#: Provenance renders (provenance.py) keep, for every string, a record of where its
+#: characters came from: a str with origins carries a dict of its own and a record of one
+#: or more runs, stretches of characters with one source (about 450 bytes for a str of one
+#: run: :data:`PROVENANCE_STR_STEPS`), and each run past the first few about 175 bytes
+#: (:data:`PROVENANCE_RUN_STEPS`). Every such str made during a render is paid for when it is
+#: made (by an operation, a loop over a string's characters, a split), so that the memory a
+#: provenance render can hold stays within the same budget as a plain render's.
+PROVENANCE_STR_STEPS = 28
+PROVENANCE_RUN_STEPS = 11
+#: A str joined from pieces records the pieces until its runs are needed: 64 bytes a piece.
+PROVENANCE_PART_STEPS = 4
 #: Methods whose list result is made of new strings (charged FRESH_ITEM_STEPS per item).
 FRESH_ITEM_METHODS = frozenset({"split", "rsplit", "splitlines"})
 

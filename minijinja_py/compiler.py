@@ -160,6 +160,8 @@ class RenderContext:
     activity = "render"  # what check_deadline() calls the work in progress
     #: Joins output pieces (a provenance render keeps their origins: see provenance.py).
     join = staticmethod("".join)
+    #: Joins the render's own output (a provenance render works out its origins then).
+    output = staticmethod("".join)
 
     @staticmethod
     def safe(text: str) -> Any:

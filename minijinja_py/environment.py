@@ -310,17 +310,25 @@ class Template:
         >>> [(run.start, run.end, run.origin.kind) for run in result.runs]
         [(0, 3, 'template'), (3, 5, 'derived'), (5, 7, 'template'), (7, 9, 'input')]
         """
-        from .provenance import ProvenanceResult, wrap_variables
+        from .provenance import ProvenanceResult, runs_of, wrap_variables
         from .provenance_compiler import ProvenanceContext
 
         compiled = self._provenance_code()
         variables = dict(*args, **kwargs)
-        # only what the template can name can reach the output: the rest is passed as it is
+        # only what the template can name can reach the output: the rest is passed as it is.
+        # Copying the data is linear in its size, under the deadline (it may be a client's).
         read = self._provenance_names
-        variables.update(wrap_variables({name: value for name, value in variables.items()
-                                         if name in read}))
+        token = _limits.activate_parse(self.environment.limits, "render")
+        try:
+            variables.update(wrap_variables({name: value for name, value in variables.items()
+                                             if name in read}))
+        except TemplateError as exc:
+            exc._attach_source(self.name, self.source)
+            raise
+        finally:
+            _limits.deactivate(token)
         text, spans = self._render(variables, True, compiled, ProvenanceContext)
-        return ProvenanceResult(str.__str__(text), None, spans, raw=text)
+        return ProvenanceResult(str.__str__(text), None, spans, raw=runs_of(text))
 
     def _provenance_code(self) -> Tuple[Any, Tuple[str, ...], Dict[str, Any]]:
         """(root, fresh names, blocks) compiled by the provenance compiler, made once."""
@@ -378,7 +386,7 @@ class Template:
             root_code(root, out)
             if ctx.output_size > ctx.max_output:
                 ctx.check_output()  # raises
-            text = ctx.join(out)
+            text = ctx.output(out)
         except TemplateError as exc:
             exc._attach_source(self.name, self.source)
             raise

@@ -42,6 +42,7 @@ from .limits import (charge, check_collection_size, check_deadline, check_string
                      current_limits)
 from .markup import Markup
 from .markup import escape as _escape
+from .methods import STR_STAND_INS
 from .runtime import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner, LazySequence,
                       Namespace, Undefined, pass_environment)
 
@@ -97,7 +98,10 @@ def _has_html(value: Any) -> bool:
 
 
 def _lower_if_str(value: Any) -> Any:
-    """Key post-processor for the case-insensitive filters: lowercase strings only."""
+    """Key post-processor for the case-insensitive filters: lowercase strings only (a str
+    that stands for a plain one as the plain one: a key is compared, never printed)."""
+    if type(value) in STR_STAND_INS:
+        return str.lower(value)
     return value.lower() if isinstance(value, str) else value
 
 
@@ -410,7 +414,7 @@ def _text(value: Any) -> str:
 
 def _plain_str(value: Any) -> str:
     """``str(value)`` (Markup becomes a plain str) with the container size guard."""
-    if type(value) is str:
+    if type(value) is str or type(value) in STR_STAND_INS:
         return value
     check_str_size(value)
     return str(value)

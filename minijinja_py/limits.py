@@ -169,10 +169,11 @@ class _LimitsOnly:
         pass
 
 
-def activate_parse(limits: Limits) -> Any:
-    """Put ``limits`` in force for a parse and compile, with a deadline of ``max_seconds``.
-    Returns the token to give :func:`deactivate` when it ends."""
-    return activate(_LimitsOnly(limits, limits.deadline(), "parse"))
+def activate_parse(limits: Limits, activity: str = "parse") -> Any:
+    """Put ``limits`` in force for a parse and compile (or other work done before a render,
+    named by ``activity``), with a deadline of ``max_seconds``. Returns the token to give
+    :func:`deactivate` when it ends."""
+    return activate(_LimitsOnly(limits, limits.deadline(), activity))
 
 
 def activate(render: Any) -> Any:

@@ -336,6 +336,24 @@ _TABLE_OF_CLASS: Dict[type, Any] = {cls: (table, cls) for cls, table in METHODS.
 _TABLE_OF_CLASS[bool] = (INT_METHODS, int)  # Jinja2: `true.bit_length()` is 1
 
 
+#: Classes whose values stand for a plain value (a provenance render's str and numbers that
+#: carry origins, see provenance.py) -> the plain value each stands for. A template sees
+#: exactly the plain value's attributes: it cannot tell which kind of render runs it.
+PLAIN_VALUE_OF: Dict[type, Callable[[Any], Any]] = {}
+
+
+#: Subclasses of str that print as themselves (``str(value) is value``) and stand for a plain
+#: str: provenance.PStr. Code with a fast path for ``type(value) is str`` may take it for these
+#: too (filters.py).
+STR_STAND_INS: set = set()
+
+
+def plain_value(obj: Any) -> Any:
+    """The plain value ``obj`` stands for (itself for any other value)."""
+    convert = PLAIN_VALUE_OF.get(type(obj))
+    return obj if convert is None else convert(obj)
+
+
 def _markup_table() -> None:
     from .markup import Markup
 

@@ -34,6 +34,12 @@ from __future__ import annotations
 import json
 import operator
 import re
+from bisect import bisect_right
+
+from .budget import (ITEMS_SHIFT, PROVENANCE_PART_STEPS, PROVENANCE_RUN_STEPS,
+                     PROVENANCE_STR_STEPS)
+from .exceptions import TemplateError
+from .limits import charge, check_deadline
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
@@ -56,6 +62,10 @@ _TEMPLATE = "template"
 _UNKNOWN_SOURCE = (_DERIVED, frozenset((UNKNOWN_PATH,)))
 #: Text computed by the template from no input at all (numbers it counted, a bool it printed).
 _COMPUTED = (_TEMPLATE, 0, 0)
+#: Runs a str may keep without paying for them: what one ordinary operation makes.
+_FREE_RUNS = 16
+#: Loops that make a record per item charge every this many plus one items.
+_CHECK_EVERY = 1023
 
 
 class Origin:
@@ -116,6 +126,9 @@ class Run:
         return f"Run({self.start}, {self.end}, {self.origin!r})"
 
 
+_public_start = operator.attrgetter("start")
+
+
 class ProvenanceResult:
     """What :meth:`Template.render_with_provenance` returns: the text (identical to
     ``render()``'s), the runs covering it in order, and the ``{% generation %}`` spans.
@@ -141,10 +154,8 @@ class ProvenanceResult:
 
     def origin_at(self, index: int) -> Origin:
         """The origin of character ``index`` of the text."""
-        import bisect
-
-        position = bisect.bisect_right([run.start for run in self.runs], index) - 1
-        return self.runs[position].origin
+        runs = self.runs
+        return runs[bisect_right(runs, index, key=_public_start) - 1].origin
 
     def input_mask(self) -> List[bool]:
         """One flag per character: True where any input (or an unknown source) wrote it."""
@@ -176,37 +187,65 @@ def runs_of(value: str) -> Tuple[Tuple[int, int, tuple, int], ...]:
 
 
 def _append(runs: list, start: int, end: int, source: tuple, offset: int) -> None:
-    """Add a run, merged with the previous one when it continues it."""
+    """Add a run, merged with the previous one when it has the same source: a record grows
+    with the number of times the source changes, never with the number of characters or
+    copies (``'ab' * n`` is one run). A merged run keeps its offset while the copy stays
+    verbatim; past that, its characters came from the source at positions no longer
+    recorded (offset -1: template text computed from the literal, or text derived from the
+    input, see :func:`public_runs`). A verbatim run is not merged into by text without
+    positions (an escape of its own literal's next character): it stays exact, and at most
+    one more run follows it for the same source."""
     if start >= end:
         return
     if runs:
         last = runs[-1]
-        if last[2] == source and last[1] == start and (
-                source[0] == _DERIVED or (offset >= 0 and last[3] >= 0
-                                          and last[3] + (last[1] - last[0]) == offset)):
-            runs[-1] = (last[0], end, source, last[3])
+        if last[1] == start and last[2] == source:
+            kept = last[3]
+            if kept >= 0 and offset != kept + (start - last[0]):
+                if offset < 0:
+                    runs.append((start, end, source, offset))
+                    return
+                kept = -1
+            runs[-1] = (last[0], end, source, kept)
             return
     runs.append((start, end, source, offset))
 
 
 def _shifted(runs: list, pieces: Iterable[str]) -> None:
-    """Append the runs of each piece in turn, shifted to follow what ``runs`` covers."""
+    """Append the runs of each piece in turn, shifted to follow what ``runs`` covers (paid
+    for: see :class:`_Meter`)."""
     position = runs[-1][1] if runs else 0
+    meter = _Meter()
     for piece in pieces:
-        for start, end, source, offset in runs_of(piece):
+        piece_runs = runs_of(piece)
+        for start, end, source, offset in piece_runs:
             _append(runs, start + position, end + position, source, offset)
         position += len(piece)
+        meter.add(len(piece_runs) + 1)
+    meter.close()
+
+
+_run_start = operator.itemgetter(0)
+
+
+def _run_index(runs: Sequence[tuple], index: int) -> int:
+    """The position in ``runs`` (in order, each starting where the last ended) of the run
+    holding character ``index`` (0 before the first)."""
+    return max(bisect_right(runs, index, key=_run_start) - 1, 0)
 
 
 def _sliced(runs: Sequence[tuple], begin: int, stop: int, into: Optional[list] = None,
             at: int = 0) -> list:
     """The runs of characters ``[begin, stop)``, moved to start at ``at``."""
     result = [] if into is None else into
-    for start, end, source, offset in runs:
-        if end <= begin:
-            continue
+    if begin >= stop or not runs:
+        return result
+    for position in range(_run_index(runs, begin), len(runs)):
+        start, end, source, offset = runs[position]
         if start >= stop:
             break
+        if end <= begin:
+            continue
         low, high = max(start, begin), min(end, stop)
         _append(result, low - begin + at, high - begin + at, source,
                 offset + (low - start) if offset >= 0 else -1)
@@ -214,18 +253,100 @@ def _sliced(runs: Sequence[tuple], begin: int, stop: int, into: Optional[list] =
 
 
 def _char_source(runs: Sequence[tuple], index: int) -> Tuple[tuple, int]:
-    for start, end, source, offset in runs:
+    if runs:
+        start, end, source, offset = runs[_run_index(runs, index)]
         if start <= index < end:
             return source, (offset + index - start if offset >= 0 else -1)
     return _UNKNOWN_SOURCE, -1
 
 
-def _make(text: str, runs: list) -> str:
+def _strided(runs: Sequence[tuple], first: int, count: int, step: int) -> list:
+    """The runs of the characters ``first``, ``first + step`` ... (``count`` of them, ``step``
+    not 1): worked out run by run, not character by character. Characters taken from one run
+    keep their position only when a single one is taken (a stride or a reversal is no
+    verbatim copy)."""
+    result: list = []
+    taken_so_far = 0
+    index = first
+    meter = _Meter()
+    while taken_so_far < count:
+        start, end, source, offset = runs[_run_index(runs, index)]
+        # the characters index, index + step ... that stay inside [start, end)
+        room = (end - 1 - index) // step if step > 0 else (index - start) // -step
+        taken = min(room + 1, count - taken_so_far)
+        _append(result, taken_so_far, taken_so_far + taken, source,
+                offset + index - start if offset >= 0 and taken == 1 else -1)
+        taken_so_far += taken
+        index += taken * step
+        meter.add(1)
+    meter.close()
+    return result
+
+
+def _repeated(runs: Sequence[tuple], length: int, count: int) -> list:
+    """The runs of a str of ``length`` characters (with ``runs``) repeated ``count`` times."""
+    if len(runs) == 1:  # one source throughout: one run, verbatim only as a single copy
+        _, _, source, offset = runs[0]
+        return [(0, length * count, source, offset if count == 1 else -1)]
+    if count * len(runs) > _FREE_RUNS:
+        _pay(0, count * len(runs))  # before it is made: its size is known
+    result: list = []
+    for copy in range(max(count, 0)):
+        shift = copy * length
+        for start, end, source, offset in runs:
+            _append(result, start + shift, end + shift, source, offset)
+        if not copy & _CHECK_EVERY:
+            check_deadline()
+    return result
+
+
+def _make(text: str, runs: Sequence[tuple], paid: bool = False) -> str:
+    """A str with origins: ``text`` with ``runs`` (paid for here unless the loop that made
+    them has paid already: ``paid``)."""
     if not text:
         return _EMPTY
+    _pay(1, 0 if paid or len(runs) <= _FREE_RUNS else len(runs))
+    return _record(text, runs)
+
+
+def _record(text: str, runs: Sequence[tuple]) -> str:
+    """A str with origins, paid for by the caller."""
     result = PStr(text)
-    result._runs = tuple(runs)
+    # (a dict made whole is about half the size of one grown by setting an attribute)
+    result.__dict__ = {"_runs": tuple(runs)}
     return result
+
+
+def _pay(records: int, runs: int) -> None:
+    """Charge the render for ``records`` new str with origins and ``runs`` runs kept (see
+    budget.PROVENANCE_STR_STEPS). Loops making many call it as they go: it also fails at
+    the deadline."""
+    charge(records * PROVENANCE_STR_STEPS + runs * PROVENANCE_RUN_STEPS)
+
+
+class _Meter:
+    """Pays for the runs a loop adds to a record as it adds them, every
+    ``_CHECK_EVERY + 1`` (so that a long loop also meets the deadline), and when it ends for
+    the rest, unless the whole record stayed within what one operation keeps free
+    (``_FREE_RUNS``). A record made under a meter goes to ``_make(..., paid=True)``."""
+
+    __slots__ = ("pending", "paid")
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.paid = False
+
+    def add(self, runs: int) -> None:
+        self.pending += runs
+        if self.pending > _CHECK_EVERY:
+            _pay(0, self.pending)
+            self.pending = 0
+            self.paid = True
+
+    def close(self) -> None:
+        if self.paid or self.pending > _FREE_RUNS:
+            _pay(0, self.pending)
+        self.pending = 0
 
 
 def _derived_source(sources: Iterable[tuple]) -> Optional[tuple]:
@@ -279,6 +400,7 @@ def sources_of(value: Any, limit: int = 100_000) -> List[tuple]:
         elif not (item is None or isinstance(item, (bool, int, float)) or _is_undefined(item)):
             # an object that may hold or yield anything (an iterator, a namespace): unknown
             found.append(_UNKNOWN_SOURCE)
+    charge(seen >> ITEMS_SHIFT)  # a walk through the items, as any filter reading them pays
     return found
 
 
@@ -323,25 +445,13 @@ def _from_input(pattern: Any) -> bool:
     return any(source[0] != _TEMPLATE for source in sources_of(pattern))
 
 
-def _caused(text: str, cause: str) -> str:
-    """``text`` written because of ``cause`` (a replacement inserted where the input had the
-    searched text): derived from the inputs of both, or as it is when no input caused it."""
-    if not text:
-        return text
-    source = _derived_source([run[2] for run in runs_of(cause)] +
-                             [run[2] for run in runs_of(text)])
-    if source is None or source[0] == _TEMPLATE:
-        return text
-    return _make(text, [(0, len(text), source, -1)])
-
-
-def _joined(result: str, pieces: List[str], *inputs: Any) -> str:
+def _joined(result: str, pieces: List[str], *inputs: Any, paid: bool = False) -> str:
     """``result`` as the join of ``pieces`` (a tracer's account of where it came from), with
     their origins; checked: when the pieces do not spell the result, it is derived from the
     inputs (a tracer can only be imprecise, never wrong)."""
     if "".join(pieces) != result:
         return derive(result, *inputs)
-    return join_pieces(pieces)
+    return join_pieces(pieces, paid)
 
 
 def _with_runs(text: str, runs: list, *inputs: Any) -> str:
@@ -385,9 +495,9 @@ class PStr(str):
             # for any subclass of the left operand's class, and must for this one too)
             return _reflected(self, other, "__radd__", operator.add)
         result = str.__add__(self, other)
-        runs = list(self._runs)
-        _shifted(runs, (other,))
-        return _make(result, runs)
+        runs: list = []
+        _shifted(runs, (self, other))
+        return _make(result, runs, paid=True)
 
     def __radd__(self, other: Any) -> Any:
         if not isinstance(other, str):
@@ -395,7 +505,7 @@ class PStr(str):
         result = str.__add__(other, self)
         runs: list = []
         _shifted(runs, (other, self))
-        return _make(result, runs)
+        return _make(result, runs, paid=True)
 
     def __mul__(self, count: Any) -> Any:
         if not isinstance(count, int):
@@ -403,9 +513,7 @@ class PStr(str):
         result = str.__mul__(self, count)
         if not result:
             return _EMPTY
-        runs: list = []
-        _shifted(runs, [self] * (len(result) // len(self)))
-        return _make(result, runs)
+        return _make(result, _repeated(self._runs, len(self), count), paid=True)
 
     __rmul__ = __mul__
 
@@ -428,18 +536,38 @@ class PStr(str):
             start, stop, step = key.indices(len(self))
             if step == 1:
                 return _make(result, _sliced(self._runs, start, stop))
-            runs: list = []
-            for position, index in enumerate(range(start, stop, step)):
-                source, offset = _char_source(self._runs, index)
-                _append(runs, position, position + 1, source, offset)
-            return _make(result, runs)
+            return _make(result, _strided(self._runs, start, len(result), step), paid=True)
         index = key + len(self) if key < 0 else key
         source, offset = _char_source(self._runs, index)
         return _make(result, [(0, 1, source, offset)])
 
     def __iter__(self) -> Any:
-        for index in range(len(self)):
-            yield self[index]
+        # run by run: each character a str with its one-run record, paid for as it is made;
+        # characters without a position of their own (a run at offset -1) are one object per
+        # character and source, as CPython shares its one-character strings
+        made = 0
+        shared: Dict[Tuple[str, tuple], str] = {}
+        new_str = PStr
+        # the characters that will each be a str of their own, paid for before they are made
+        _pay(sum(end - start for start, end, _, offset in self._runs if offset >= 0), 0)
+        for start, end, source, offset in self._runs:
+            for index in range(start, end):
+                text = str.__getitem__(self, index)
+                if offset < 0:
+                    char = shared.get((text, source))
+                    if char is not None:
+                        yield char
+                        continue
+                char = new_str(text)
+                char.__dict__ = {"_runs": ((0, 1, source, offset + index - start
+                                            if offset >= 0 else -1),)}
+                if offset < 0:
+                    shared[text, source] = char
+                    _pay(1, 0)
+                made += 1
+                if not made & _CHECK_EVERY:
+                    check_deadline()
+                yield char
 
     # -- methods that copy ----------------------------------------------------------------
     def _span(self, start: int, stop: int) -> str:
@@ -478,6 +606,10 @@ class PStr(str):
     def _located(self, pieces: List[str]) -> List[str]:
         """Pieces of this string in order (split results): each found from where the last
         ended and given the runs it copies."""
+        # every piece a str with origins: paid for before any is made (a split may make
+        # millions; the plain split has made them already)
+        _pay(len(pieces), 0)
+        own = self._runs
         located = []
         cursor = 0
         for piece in pieces:
@@ -485,7 +617,10 @@ class PStr(str):
             if at < 0:
                 located.append(derive(piece, self))
                 continue
-            located.append(self._span(at, at + len(piece)))
+            runs = _sliced(own, at, at + len(piece))
+            if len(runs) > _FREE_RUNS:
+                _pay(0, len(runs))
+            located.append(_record(piece, runs) if piece else _EMPTY)
             cursor = at + len(piece)
         return located
 
@@ -513,29 +648,55 @@ class PStr(str):
         result = str.replace(self, old, new, count)
         if not isinstance(old, str) or not isinstance(new, str) or _from_input(old):
             return derive(result, self, old, new)
-        pieces: List[str] = []
-        done = 0
-        cursor = 0
+        if not old:
+            # `new` before every character: derived from the str and `new` (the exact account
+            # would be a run per character)
+            return derive(result, self, new)
+        own = self._runs
+        new_runs = runs_of(new)
+        new_sources = [run[2] for run in new_runs]
+        if len(own) == 1 and own[0][3] < 0 and \
+                _same_kind_of_text(_derived_source([own[0][2]] + new_sources), own[0][2]):
+            # one run without positions, whatever is inserted of its own kind: one run still
+            return _make(result, [(0, len(result), own[0][2], -1)])
+        caused: Dict[tuple, Optional[tuple]] = {}  # the source of `new` by what it replaced
+        runs: list = []
+        meter = _Meter()
+        done = position = cursor = 0
         limit = count if isinstance(count, int) and count >= 0 else len(self) + 1
-        if old:
-            while done < limit:
-                at = str.find(self, old, cursor)
-                if at < 0:
-                    break
-                pieces.append(self._span(cursor, at))
-                # the input decided that `new` goes here: it is derived from what it replaces
-                pieces.append(_caused(new, self._span(at, at + len(old))))
-                cursor = at + len(old)
-                done += 1
-            pieces.append(self._span(cursor, len(self)))
-        else:  # an empty `old` inserts `new` before every character and at the end
-            for index in range(len(self) + 1):
-                if done < limit:
-                    pieces.append(_caused(new, self._span(max(index - 1, 0), index + 1)))
-                    done += 1
-                if index < len(self):
-                    pieces.append(self._span(index, index + 1))
-        return _joined(result, pieces, self, new)
+        while done < limit:
+            at = str.find(self, old, cursor)
+            if at < 0:
+                break
+            before = len(runs)
+            _sliced(own, cursor, at, runs, position)
+            position += at - cursor
+            # the input decided that `new` goes here: it is derived from what it replaces
+            # (as it is when only template text decided it)
+            cause_runs = _sliced(own, at, at + len(old))
+            cause = tuple(run[2] for run in cause_runs)
+            if cause not in caused:
+                caused[cause] = _derived_source(list(cause) + new_sources)
+            source = caused[cause]
+            if len(cause_runs) == 1 and cause_runs[0][3] < 0 and \
+                    _same_kind_of_text(source, cause[0]):
+                # inside text without positions, text of its own kind: its source goes on
+                # (one run, where the exact account would take turns at every occurrence)
+                _append(runs, position, position + len(new), cause[0], -1)
+            elif source is None or source[0] == _TEMPLATE:
+                for start, end, run_source, offset in new_runs:
+                    _append(runs, start + position, end + position, run_source, offset)
+            else:
+                _append(runs, position, position + len(new), source, -1)
+            position += len(new)
+            cursor = at + len(old)
+            done += 1
+            meter.add(len(runs) - before + 1)
+        _sliced(own, cursor, len(self), runs, position)
+        meter.close()
+        if not runs or runs[-1][1] != len(result):
+            return derive(result, self, new)
+        return _make(result, runs, paid=True)
 
     def join(self, items: Any) -> str:
         items = list(items)
@@ -616,6 +777,35 @@ class PStr(str):
         return self
 
 
+def _same_kind_of_text(source: Optional[tuple], within: tuple) -> bool:
+    """Whether text of ``source`` inserted into text of ``within`` (a run without positions)
+    says nothing new: template text into template text, or text derived from the very inputs
+    the run comes from."""
+    if source is None or source[0] == _TEMPLATE:
+        return within[0] == _TEMPLATE
+    return within[0] != _TEMPLATE and _paths_of([(0, 0, source, -1)]) == \
+        _paths_of([(0, 0, within, -1)])
+
+
+def _checked_like_str(name: str) -> Callable[..., Any]:
+    """PStr's method ``name``, whose arguments str's own method checks first: a call str
+    refuses fails with str's own error, word for word (the tracing method's parameters may
+    differ), and nothing str refuses is traced."""
+    plain = getattr(str, name)
+    traced = getattr(PStr, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        plain(self, *args, **kwargs)
+        return traced(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in [name for name in vars(PStr) if name[:1] != "_"]:
+    setattr(PStr, _name, _checked_like_str(_name))
+
+
 #: The empty str of provenance renders: a PStr (so that its methods, ``''.join(items)``, keep
 #: origins), one object (``x is sameas ''`` behaves as with Python's one empty str).
 _EMPTY = PStr("")
@@ -652,6 +842,8 @@ def _formatted(result: str, template: str, values: Any,
              for index, item in enumerate(items)]
     try:
         probe = apply(template, marks[0] if single else tuple(marks))
+    except TemplateError:
+        raise
     except Exception:
         return derive(result, template, values)
     others = [item for item in items if not isinstance(item, str)]
@@ -783,73 +975,116 @@ def _key_path(path: str, key: Any) -> str:
     return f"{path}[{shown}]"
 
 
+#: Levels of a path (``messages[1].content``) that name where an input came from; an input
+#: nested deeper is named by its ancestor at this depth (paths stay short however deep the
+#: data: naming each item of a 10,000-deep list in full would take a gigabyte).
+PATH_DEPTH = 64
+
+
+class _TupleDone:
+    """On the stack of :func:`wrap_variables`: the items of a tuple are all wrapped."""
+
+    __slots__ = ("items", "container", "slot")
+
+    def __init__(self, items: list, container: Any, slot: Any) -> None:
+        self.items = items
+        self.container = container
+        self.slot = slot
+
+
 def wrap_variables(variables: Dict[str, Any], limit: int = 10_000_000) -> Dict[str, Any]:
     """A copy of the render variables in which every str (dict keys too) is a :class:`PStr`
     of origin "input" at its path (``messages[1].content``), and every int and float a
     :class:`PInt` / :class:`PFloat`. Containers are copied (dicts, lists, tuples); anything
     else is kept as it is. A dict key's own path is the dict's path followed by the key in
-    braces: ``tools[0].function.parameters.properties{"city"}``."""
+    braces: ``tools[0].function.parameters.properties{"city"}``. The walk is iterative (data
+    of any depth) and shares what the data shares (cycles included); past ``limit`` items the
+    rest is kept as it is (without origins: counted unknown)."""
     memo: Dict[int, Any] = {}
-    budget = [limit]
+    remaining = limit
     new_str = PStr
     input_kind = _INPUT
 
     def text(value: str, path: str) -> str:
         result = new_str(value)
-        result._runs = ((0, len(value), (input_kind, path), 0),)
+        result.__dict__ = {"_runs": ((0, len(value), (input_kind, path), 0),)}
         return result
 
-    def wrap(value: Any, path: str) -> Any:
-        budget[0] -= 1
-        if budget[0] < 0:
-            return value  # past the limit: the rest keeps no origins (counted unknown)
+    wrapped: Dict[str, Any] = {}
+    # (value, its path, its depth, the container and slot its copy goes to), or _TupleDone
+    stack: List[Any] = [(value, name, 0, wrapped, name)
+                        for name, value in reversed(list(variables.items()))]
+    for name in variables:
+        wrapped[name] = None  # the variables' own order
+    while stack:
+        entry = stack.pop()
+        if type(entry) is _TupleDone:
+            entry.container[entry.slot] = tuple(entry.items)
+            continue
+        value, path, depth, container, slot = entry
+        remaining -= 1
+        if not remaining & _CHECK_EVERY:
+            check_deadline()
         kind = type(value)
-        if kind is str:
-            return text(value, path) if value else _EMPTY
-        if kind is dict:
+        if remaining < 0:
+            container[slot] = value  # past the limit: kept as it is
+        elif kind is str:
+            container[slot] = text(value, path) if value else _EMPTY
+        elif kind is int or kind is float:
+            number = (PInt if kind is int else PFloat)(value)
+            number._source = (_DERIVED, frozenset((path,)))
+            container[slot] = number
+        elif kind is dict:
             known = memo.get(id(value))
             if known is not None:
-                return known
+                container[slot] = known
+                continue
             copy: Dict[Any, Any] = {}
             memo[id(value)] = copy
+            container[slot] = copy
+            deeper = depth + 1
+            named = depth < PATH_DEPTH
+            pending = []
             for key, item in value.items():
                 if type(key) is str:
-                    if key.isidentifier():
+                    if not named:
+                        item_path = key_path = path
+                    elif key.isidentifier():
                         item_path = f"{path}.{key}"
                         key_path = f'{path}{{"{key}"}}'
                     else:
                         quoted = json.dumps(key, ensure_ascii=False)
                         item_path = f"{path}[{quoted}]"
                         key_path = f"{path}{{{quoted}}}"
-                    # strings, the common case, without a call of wrap
-                    copy[text(key, key_path) if key else _EMPTY] = (
-                        (text(item, item_path) if item else _EMPTY) if type(item) is str
-                        else wrap(item, item_path))
+                    key = text(key, key_path) if key else _EMPTY
                 else:
-                    copy[key] = wrap(item, _key_path(path, key))
-            budget[0] -= len(value)
-            return copy
-        if kind is int:
-            result = PInt(value)
-            result._source = (_DERIVED, frozenset((path,)))
-            return result
-        if kind is float:
-            result = PFloat(value)
-            result._source = (_DERIVED, frozenset((path,)))
-            return result
-        if kind is list:
-            known = memo.get(id(value))
-            if known is not None:
-                return known
-            items: List[Any] = []
-            memo[id(value)] = items
-            items.extend(wrap(item, f"{path}[{index}]") for index, item in enumerate(value))
-            return items
-        if kind is tuple:
-            return tuple(wrap(item, f"{path}[{index}]") for index, item in enumerate(value))
-        return value
-
-    return {name: wrap(value, name) for name, value in variables.items()}
+                    item_path = _key_path(path, key) if named else path
+                if type(item) is str:  # strings, the common case, at once
+                    copy[key] = text(item, item_path) if item else _EMPTY
+                else:
+                    copy[key] = None
+                    pending.append((item, item_path, deeper, copy, key))
+            stack.extend(reversed(pending))
+            remaining -= len(value)
+        elif kind is list or kind is tuple:
+            if kind is list:
+                known = memo.get(id(value))
+                if known is not None:
+                    container[slot] = known
+                    continue
+            items: List[Any] = [None] * len(value)
+            if kind is list:
+                memo[id(value)] = items
+                container[slot] = items
+            else:  # made once its items are: below them on the stack
+                stack.append(_TupleDone(items, container, slot))
+            deeper = depth + 1
+            named = depth < PATH_DEPTH
+            stack.extend((item, f"{path}[{index}]" if named else path, deeper, items, index)
+                         for index, item in reversed(list(enumerate(value))))
+        else:
+            container[slot] = value
+    return wrapped
 
 
 def template_string(text: str, line: int, column: int) -> str:
@@ -866,11 +1101,13 @@ def template_string(text: str, line: int, column: int) -> str:
 _LAZY_PIECE_LIMIT = 1024
 
 
-def join_pieces(pieces: Sequence[str]) -> str:
-    """``"".join(pieces)`` keeping every piece's origins (worked out when first needed)."""
+def join_pieces(pieces: Sequence[str], paid: bool = False) -> str:
+    """``"".join(pieces)`` keeping every piece's origins (worked out when first needed). The
+    record of its parts is paid for before it is made (unless the caller has: ``paid``)."""
     text = "".join(pieces)
     if not text:
         return _EMPTY
+    charge(PROVENANCE_STR_STEPS + (_parts_price(len(pieces)) if not paid else 0))
     parts: list = []
     for piece in pieces:
         if not piece:
@@ -885,8 +1122,13 @@ def join_pieces(pieces: Sequence[str]) -> str:
         else:
             parts.append((len(piece), None))  # a str without origins
     result = PStr(text)
-    result._parts = parts
+    result.__dict__ = {"_parts": parts}
     return result
+
+
+def _parts_price(count: int) -> int:
+    """Steps for recording ``count`` pieces of a joined str (free for a few)."""
+    return count * PROVENANCE_PART_STEPS if count > _FREE_RUNS else 0
 
 
 def _flatten(parts: list) -> Tuple[tuple, ...]:
@@ -894,6 +1136,7 @@ def _flatten(parts: list) -> Tuple[tuple, ...]:
     PStr whose own parts are expanded in place (without recursion: chains may be long)."""
     runs: list = []
     position = 0
+    meter = _Meter()  # a long join pays as it goes (and meets the deadline)
     stack = [iter(parts)]
     while stack:
         for part in stack[-1]:
@@ -901,30 +1144,35 @@ def _flatten(parts: list) -> Tuple[tuple, ...]:
                 length, part_runs = part
                 if part_runs is None:
                     _append(runs, position, position + length, _UNKNOWN_SOURCE, -1)
+                    meter.add(1)
                 else:
                     for start, end, source, offset in part_runs:
                         _append(runs, start + position, end + position, source, offset)
+                    meter.add(len(part_runs))
                 position += length
-                continue
-            known = part.__dict__.get("_runs")
-            if known is not None:
+            else:
+                known = part.__dict__.get("_runs")
+                if known is None:
+                    stack.append(iter(part.__dict__["_parts"]))
+                    break
                 for start, end, source, offset in known:
                     _append(runs, start + position, end + position, source, offset)
+                meter.add(len(known))
                 position += len(part)
-                continue
-            stack.append(iter(part.__dict__["_parts"]))
-            break
         else:
             stack.pop()
+    meter.close()
     return tuple(runs)
 
 
-def public_runs(value: str) -> List[Run]:
-    """The runs of a rendered str as :class:`Run` objects (runs with the same origin share
-    one :class:`Origin`: treat origins as read-only)."""
-    result = []
+def public_runs(runs: Sequence[tuple]) -> List[Run]:
+    """Internal runs as :class:`Run` objects (runs with the same origin share one
+    :class:`Origin`: treat origins as read-only). Characters of an input copied at positions
+    no longer recorded (offset -1) are derived from it; neighbours of the same origin are
+    one run."""
+    result: List[Run] = []
     origins: Dict[Tuple[tuple, int], Origin] = {}
-    for start, end, source, offset in runs_of(value):
+    for start, end, source, offset in runs:
         origin = origins.get((source, offset))
         if origin is None:
             kind = source[0]
@@ -932,14 +1180,39 @@ def public_runs(value: str) -> List[Run]:
                 origin = Origin("template", offset=offset if offset >= 0 else None,
                                 line=source[1], column=source[2])
             elif kind == _INPUT:
-                origin = Origin("input", path=source[1], offset=offset)
-            elif UNKNOWN_PATH in source[1]:  # partly from text without a record: unknown
-                origin = Origin("unknown", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
+                origin = Origin("input", path=source[1], offset=offset) if offset >= 0 else \
+                    _derived_origin(frozenset((source[1],)), origins)
             else:
-                origin = Origin("derived", paths=tuple(sorted(source[1] - {UNKNOWN_PATH})))
+                origin = _derived_origin(source[1], origins)
             origins[(source, offset)] = origin
-        result.append(Run(start, end, origin))
+        if result and result[-1].origin is origin and offset < 0:
+            result[-1].end = end
+        else:
+            result.append(Run(start, end, origin))
     return result
+
+
+def _derived_origin(paths: FrozenSet[str], origins: Dict[Any, Origin]) -> Origin:
+    """The one Origin of text derived from ``paths`` ("unknown" when part of it came from
+    text without a record)."""
+    key = ((_DERIVED, paths), -1)
+    origin = origins.get(key)
+    if origin is None:
+        kind = "unknown" if UNKNOWN_PATH in paths else "derived"
+        origin = Origin(kind, paths=tuple(sorted(paths - {UNKNOWN_PATH})))
+        origins[key] = origin
+    return origin
+
+
+def joined_output(pieces: Sequence[str]) -> str:
+    """A render's output joined from its pieces, its runs worked out while the render's
+    limits are in force (paid for as any str's) and paid for once more: what the
+    :class:`Run` objects made of them will cost (see ProvenanceResult)."""
+    text = join_pieces(pieces)
+    runs = runs_of(text)
+    if len(runs) > _FREE_RUNS:
+        _pay(0, len(runs))
+    return text
 
 
 # ---- what operations return ------------------------------------------------------------------
@@ -980,7 +1253,10 @@ def _trace_join(result: Any, value: Any, separator: Any = "", attribute: Any = N
     if attribute is not None or type(result) is not str:
         return None
     try:
+        charge(_parts_price(2 * len(value)))  # the pieces' record, before the work
         items = [item if isinstance(item, str) else str(item) for item in value]
+    except TemplateError:
+        raise
     except Exception:
         return None
     if not isinstance(separator, str):
@@ -992,7 +1268,7 @@ def _trace_join(result: Any, value: Any, separator: Any = "", attribute: Any = N
         pieces.append(item)
     if "".join(pieces) != result:
         return None
-    return _joined(result, pieces, value, separator)
+    return _joined(result, pieces, value, separator, paid=True)
 
 
 def _trace_indent(result: Any, value: Any, width: Any = 4, first: bool = False,
@@ -1097,11 +1373,13 @@ def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: A
 
     _, encode_basestring, encode_basestring_ascii = json_parts()
     encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
-    escaped = _JSON_ESCAPE_ASCII if ensure_ascii else _JSON_ESCAPE
+    stretches = _JSON_STRETCHES_ASCII if ensure_ascii else _JSON_STRETCHES
     structure = _source_for(paths)
     runs: list = []
     cursor = 0
+    meter = _Meter()
     for item in strings:
+        meter.add(3)  # the structure before it, its quotes
         text = item if isinstance(item, str) else item[1]  # (key, text) for a non-str key
         encoded = encode_text(str.__str__(text))
         at = result.find('"', cursor)
@@ -1121,32 +1399,19 @@ def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: A
         if len(encoded) == len(text) + 2:
             for start, end, source, offset in item_runs:
                 _append(runs, start + body, end + body, source, offset)
+            meter.add(len(item_runs))
         else:
-            position = body
-            last = 0
-            for match in escaped.finditer(text):
-                index = match.start()
-                if index > last:
-                    _sliced(item_runs, last, index, runs, position)
-                    position += index - last
-                piece = encode_text(str.__str__(text)[index])[1:-1]
-                source, _ = _char_source(item_runs, index)
-                if source[0] == _INPUT:
-                    source = (_DERIVED, frozenset((source[1],)))
-                _append(runs, position, position + len(piece), source, -1)
-                position += len(piece)
-                last = index + 1
-            if last < len(text):
-                _sliced(item_runs, last, len(text), runs, position)
-                position += len(text) - last
+            position = _json_escaped_runs(str.__str__(text), item_runs, runs, body,
+                                          encode_text, stretches, meter)
             if position != at + len(encoded) - 1:
                 return None
         _append(runs, at + len(encoded) - 1, at + len(encoded), quote, -1)
         cursor = at + len(encoded)
     _append(runs, cursor, len(result), structure, -1)
+    meter.close()
     if not result:
         return result
-    return _make(result, runs)
+    return _make(result, runs, paid=True)
 
 
 def _json_strings(value: Any, strings: List[Any], paths: set, sort_keys: bool) -> None:
@@ -1223,8 +1488,39 @@ def _source_for(paths: Any) -> tuple:
     return (_DERIVED, frozenset(paths)) if paths else _COMPUTED
 
 
-_JSON_ESCAPE = re.compile(r'[\x00-\x1f\\"\b\f\n\r\t]')
-_JSON_ESCAPE_ASCII = re.compile(r'([\\"]|[^\ -~])')
+#: Stretches of a JSON string's characters that the encoder writes as they are (group 1)
+#: or escapes (group 2): without and with ``ensure_ascii``.
+_JSON_STRETCHES = re.compile(r'([^\x00-\x1f\\"]+)|([\x00-\x1f\\"]+)')
+_JSON_STRETCHES_ASCII = re.compile(r'([ !#-\[\]-~]+)|([^ !#-\[\]-~]+)')
+
+
+def _json_escaped_runs(text: str, item_runs: Sequence[tuple], runs: list, position: int,
+                       encode_text: Callable[[str], str], stretches: Any,
+                       meter: "_Meter") -> int:
+    """Append the runs of ``text`` as the JSON encoder writes it inside its quotes, from
+    ``position``; returns where it ends. Run by run and stretch by stretch (never character
+    by character): characters written as they are keep their origins, escapes are derived
+    from the characters they stand for (a run without positions is encoded as a whole)."""
+    for start, end, source, offset in item_runs:
+        escape_source = (_DERIVED, frozenset((source[1],))) if source[0] == _INPUT else source
+        if offset < 0 and escape_source is source:
+            length = len(encode_text(text[start:end])) - 2
+            _append(runs, position, position + length, source, -1)
+            position += length
+            meter.add(1)
+            continue
+        for match in stretches.finditer(text, start, end):
+            kept = match.group(1)
+            if kept is not None:
+                _append(runs, position, position + len(kept), source,
+                        offset + match.start() - start if offset >= 0 else -1)
+                position += len(kept)
+            else:
+                length = len(encode_text(match.group(2))) - 2
+                _append(runs, position, position + length, escape_source, -1)
+                position += length
+            meter.add(1)
+    return position
 
 
 #: Filters whose result copies parts of their operands: name -> tracer(result, value, *args,
@@ -1245,9 +1541,19 @@ FILTER_TRACERS: Dict[str, Callable[..., Any]] = {
 }
 
 
+#: Filters whose result is text computed from the whole value (derived from it): they run on
+#: the plain value the str with origins stands for, so that their own work on it is the
+#: plain render's (a str method called inside them would otherwise trace pieces that nothing
+#: keeps: striptags on 20,000 comments made 180,000 of them).
+_WHOLESALE_FILTERS = frozenset({"striptags", "wordwrap", "urlize", "urlencode", "xmlattr",
+                                "wordcount", "filesizeformat", "pprint", "title",
+                                "capitalize", "int", "float", "round", "abs"})
+
+
 def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """The filter ``function`` returning results with origins (see :func:`settle`)."""
     tracer = FILTER_TRACERS.get(name)
+    plain = _plain_of if name in _WHOLESALE_FILTERS else _same
     from .runtime import wants_environment
 
     # `join` is traced from its items: a one-shot iterator (`map(attribute=...)`) is read
@@ -1257,7 +1563,7 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
         def with_environment(env: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
             if once and not isinstance(value, (str, list, tuple, dict)):
                 value = _read_once(value)
-            result = function(env, value, *args, **kwargs)
+            result = function(env, plain(value), *args, **kwargs)
             return _settle_filter(tracer, result, value, args, kwargs)
 
         with_environment.pass_environment = True  # type: ignore[attr-defined]
@@ -1267,11 +1573,22 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
         traced = with_environment
     else:
         def traced(value: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            result = function(value, *args, **kwargs)
+            result = function(plain(value), *args, **kwargs)
             return _settle_filter(tracer, result, value, args, kwargs)
 
     traced.__name__ = getattr(function, "__name__", name)
     return traced
+
+
+def _plain_of(value: Any) -> Any:
+    """The plain value a value with origins stands for (anything else as it is)."""
+    from .methods import plain_value
+
+    return plain_value(value)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _read_once(value: Any) -> Any:
@@ -1312,6 +1629,8 @@ def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: di
         if tracer is not None:
             try:
                 traced = tracer(str.__str__(result), value, *args, **kwargs)
+            except TemplateError:  # a limit the tracer's own work ran into
+                raise
             except Exception:
                 traced = None
             if traced is not None:
@@ -1320,6 +1639,8 @@ def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: di
     if tracer is not None:
         try:
             traced = tracer(result, value, *args, **kwargs)
+        except TemplateError:  # a limit the tracer's own work ran into
+            raise
         except Exception:
             traced = None
         if traced is not None:
@@ -1407,9 +1728,11 @@ class PMarkup(Markup):
 
 def _repeated_markup(self: Any, count: Any) -> Any:
     result = Markup.__mul__(self, count)
-    if result is NotImplemented:
+    if result is NotImplemented or not result:
         return result
-    return _joined_markup(result, (self,) * max(count, 0))
+    marked = PMarkup(result)
+    marked._runs = tuple(_repeated(self._runs, len(self), count))
+    return marked
 
 
 def _joined_markup_items(self: Any, seq: Any) -> Any:
@@ -1482,7 +1805,8 @@ def mark_safe(text: str) -> Any:
     marked._runs = runs_of(text) if text else ()
     return marked
 
-_HTML_SPECIAL = re.compile(r"[&<>\"']")
+#: Stretches of text escaping leaves as they are, and stretches it replaces with entities.
+_HTML_STRETCHES = re.compile(r"[^&<>\"']+|[&<>\"']+")
 
 
 def escape_with_origins(value: Any) -> Any:
@@ -1491,7 +1815,8 @@ def escape_with_origins(value: Any) -> Any:
     it replaces."""
     from .markup import escape
 
-    result = escape(value)
+    # (a str with origins is escaped as the plain text it is: its own replace would trace)
+    result = escape(str.__str__(value) if type(value) is PStr else value)
     if isinstance(value, Markup) and not isinstance(value, PMarkup):
         return result
     return _escaped_origins(result, value)
@@ -1502,27 +1827,36 @@ def _escaped_origins(result: Any, value: Any) -> Any:
         return result
     if not isinstance(value, str):
         value = _printed_value(value)
-    runs = runs_of(value)
     text = str.__str__(value)
-    pieces: List[str] = []
-    cursor = 0
-    for match in _HTML_SPECIAL.finditer(text):
-        at = match.start()
-        if at > cursor:
-            pieces.append(_make(text[cursor:at], _sliced(runs, cursor, at)))
-        source, _ = _char_source(runs, at)
-        if source[0] == _INPUT:
-            source = (_DERIVED, frozenset((source[1],)))
-        entity = str.__str__(escape_text(text[at]))
-        pieces.append(_make(entity, [(0, len(entity), source, -1)]))
-        cursor = at + 1
-    if cursor < len(text):
-        pieces.append(_make(text[cursor:], _sliced(runs, cursor, len(text))))
-    joined = join_pieces(pieces)
-    if str.__str__(joined) != str.__str__(result):
-        joined = derive(str.__str__(result), value)
+    runs: list = []
+    position = 0
+    meter = _Meter()
+    # run by run, stretch by stretch (never character by character): the entities of an
+    # input's characters are derived from it; a run without positions escapes as a whole
+    for start, end, source, offset in runs_of(value):
+        entity_source = (_DERIVED, frozenset((source[1],))) if source[0] == _INPUT else source
+        if offset < 0 and entity_source is source:
+            length = len(escape_text(text[start:end]))
+            _append(runs, position, position + length, source, -1)
+            position += length
+            meter.add(1)
+            continue
+        for match in _HTML_STRETCHES.finditer(text, start, end):
+            piece = match.group()
+            if piece[0] in "&<>\"'":
+                length = len(escape_text(piece))
+                _append(runs, position, position + length, entity_source, -1)
+            else:
+                length = len(piece)
+                _append(runs, position, position + length, source,
+                        offset + match.start() - start if offset >= 0 else -1)
+            position += length
+            meter.add(1)
+    meter.close()
+    if str.__str__(escape_text(text)) != str.__str__(result):
+        runs = list(derive(str.__str__(result), value)._runs) if result else []
     marked = PMarkup(result)
-    marked._runs = joined._runs if joined else ()
+    marked._runs = tuple(runs)
     return marked
 
 
@@ -1560,12 +1894,18 @@ def _register_methods() -> None:
     """Templates call str methods on PStr (and Markup methods on PMarkup) through the
     sandbox's method table: give these classes tables of the same methods whose results get
     the origins they lack."""
-    from .methods import _TABLE_OF_CLASS, MARKUP_METHODS, STR_METHODS
+    from .methods import (_TABLE_OF_CLASS, MARKUP_METHODS, PLAIN_VALUE_OF, STR_METHODS,
+                          STR_STAND_INS)
 
     _TABLE_OF_CLASS[PStr] = ({name: traced_method(function)
                               for name, function in STR_METHODS.items()}, str)
     _TABLE_OF_CLASS[PMarkup] = ({name: traced_method(function)
                                  for name, function in MARKUP_METHODS.items()}, str)
+    # what a template may see of them: the plain value's attributes, none of these classes'
+    # own (their private helpers and record)
+    PLAIN_VALUE_OF.update({PStr: str.__str__, PMarkup: lambda value: Markup(str.__str__(value)),
+                           PInt: int, PFloat: float})
+    STR_STAND_INS.add(PStr)
 
 
 def _settle_markup(result: Any, tracer: Any, value: Any, args: tuple, kwargs: dict) -> Any:
@@ -1581,6 +1921,8 @@ def _settle_markup(result: Any, tracer: Any, value: Any, args: tuple, kwargs: di
         plain_value = printable(value) if isinstance(value, Markup) else value
         try:
             traced = tracer(text, plain_value, *args, **kwargs)
+        except TemplateError:  # a limit the tracer's own work ran into
+            raise
         except Exception:
             traced = None
     if type(traced) is not PStr or str.__str__(traced) != text:

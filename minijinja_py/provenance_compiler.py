@@ -29,8 +29,8 @@ from .exceptions import TemplateError
 from .limits import check_string_size
 from .budget import CHARS_SHIFT
 from .provenance import (PFloat, PInt, PStr, derive, escape_with_origins, fill_unknown,
-                         join_pieces, mark_safe, printable, settle, template_string,
-                         traced_filter)
+                         join_pieces, joined_output, mark_safe, printable, settle,
+                         template_string, traced_filter)
 
 
 class ProvenanceContext(RenderContext):
@@ -38,6 +38,7 @@ class ProvenanceContext(RenderContext):
 
     __slots__ = ()
     join = staticmethod(join_pieces)
+    output = staticmethod(joined_output)
     safe = staticmethod(mark_safe)
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 from .exceptions import SecurityError
-from .methods import METHODS, MUTATORS, method_table
+from .methods import METHODS, MUTATORS, method_table, plain_value
 from .runtime import (FORMAT_METHODS, MISSING, BlockReference, BoundMethod, Cycler,
                       FormatMethod, GlobalFunction, HostMethod, Joiner, MutatorMethod,
                       RuntimeMethod, LazySequence, LoopContext, Macro,
@@ -146,7 +146,7 @@ class Sandbox:
                 return BoundMethod(function, obj, name)
             if name in _NUMBER_ATTRIBUTES and base in (int, float):
                 return getattr(obj, name)
-            if name[:1] == "_" and hasattr(obj, name):
+            if name[:1] == "_" and hasattr(plain_value(obj), name):
                 return unsafe_undefined(obj, name, self.undefined)
             if base in _HOST_SUBCLASS_BASES and type(obj) is not base:
                 # a host's subclass (a namedtuple's fields, a dict subclass's attributes):

@@ -229,7 +229,7 @@ def test_a_constant_concatenation_folded_while_compiling_is_template_text():
     result = template.render_with_provenance()
     assert result.text == template.render() == "it4None|4"
     assert [(text, kind, offset) for text, kind, _, offset in _pieces(result)] == [
-        ("it", "template", 1), ("4", "template", None), ("None", "template", None),
+        ("it", "template", 1), ("4None", "template", None),
         ("|", "template", 0), ("4", "template", None)]
 
 

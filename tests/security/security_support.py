@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import minijinja_py as mj
+from render_modes import CHILD_SETUP, MODE_VARIABLE, SUPPORT_VARIABLE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The Jinja2 reference lives with the conformance suite (a plain module, not a package); its
@@ -145,6 +146,7 @@ if memory:
 sys.path.insert(0, sys.argv[2])
 request = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogatepass"))
 import minijinja_py as mj
+""" + CHILD_SETUP + r"""
 limits = mj.Limits(**request["limits"]) if request["limits"] is not None else None
 options = {"limits": limits} if limits is not None else {}
 if request["env"] == "chat":
@@ -179,15 +181,26 @@ sys.stdout.write(json.dumps(result))
 DEFAULT_MEMORY = 3 * 2 ** 30
 
 
+def child_environment(render_mode: Optional[str] = None) -> Dict[str, str]:
+    """The environment of a child interpreter: no parse cache, and the render mode (the
+    test's, or ``render_mode``)."""
+    variables = {**os.environ, "MINIJINJA_PY_CACHE": "0"}
+    if render_mode is not None:
+        variables[MODE_VARIABLE] = render_mode
+        variables[SUPPORT_VARIABLE] = str(Path(__file__).resolve().parent)
+    return variables
+
+
 def run_isolated(source: str, data: Optional[dict] = None, *, data_expr: str = "",
                  limits: Optional[dict] = None, env: str = "chat",
                  env_options: Optional[dict] = None, timeout: float = 60.0,
-                 memory: int = DEFAULT_MEMORY) -> Isolated:
+                 memory: int = DEFAULT_MEMORY, render_mode: Optional[str] = None) -> Isolated:
     """Parse and render ``source`` in a child interpreter.
 
     ``data`` must be JSON; ``data_expr`` is a Python expression evaluated in the child instead
     (for data that JSON cannot carry). ``limits`` are ``mj.Limits`` keyword arguments. The
     child's address space is capped at ``memory`` bytes; it is killed after ``timeout`` seconds.
+    It renders in the test's render mode (render_modes.py), or in ``render_mode`` when given.
     """
     request = json.dumps({"source": source, "data": data or {}, "data_expr": data_expr,
                           "limits": limits, "env": env, "env_options": env_options or {}},
@@ -197,7 +210,7 @@ def run_isolated(source: str, data: Optional[dict] = None, *, data_expr: str = "
         completed = subprocess.run(
             [sys.executable, "-c", _CHILD, str(memory), PACKAGE_PARENT],
             input=request.encode("ascii"), capture_output=True, timeout=timeout,
-            cwd=PACKAGE_PARENT, env={**os.environ, "MINIJINJA_PY_CACHE": "0"})
+            cwd=PACKAGE_PARENT, env=child_environment(render_mode))
     except subprocess.TimeoutExpired:
         return Isolated("timeout", time.perf_counter() - start)
     try:

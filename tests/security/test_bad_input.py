@@ -28,6 +28,9 @@ import minijinja_py as mj
 from security_support import (chat_env, corpus_available, corpus_slugs, corpus_template,
                               reference_env, run_isolated)
 
+# every test runs as a plain render, a provenance render and the tokens path (conftest.py)
+pytestmark = pytest.mark.usefixtures("render_mode")
+
 
 @pytest.fixture(autouse=True)
 def _no_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:

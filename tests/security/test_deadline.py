@@ -23,6 +23,9 @@ from minijinja_py import deadline as watchdog
 
 from security_support import run_isolated
 
+# every test runs as a plain render, a provenance render and the tokens path (conftest.py)
+pytestmark = pytest.mark.usefixtures("render_mode")
+
 #: Steps no test here can use up: only the deadline can stop these renders.
 UNBOUNDED_STEPS = 10**15
 #: A deadline that fired must have stopped the render within this many CPU seconds past it

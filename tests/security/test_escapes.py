@@ -26,6 +26,9 @@ import minijinja_py as mj
 
 from security_support import jinja2_outcome
 
+# every test runs as a plain render, a provenance render and the tokens path (conftest.py)
+pytestmark = pytest.mark.usefixtures("render_mode")
+
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
 
 

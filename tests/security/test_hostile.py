@@ -25,7 +25,11 @@ import pytest
 
 import minijinja_py as mj
 
+from render_modes import CHILD_SETUP
 from security_support import PACKAGE_PARENT
+
+# every test runs as a plain render, a provenance render and the tokens path (conftest.py)
+pytestmark = pytest.mark.usefixtures("render_mode")
 
 MEMORY_CAP = int(1.5 * 2**30)
 #: CPU seconds past the default deadline an attack may take in the child (the deadline fires
@@ -183,6 +187,7 @@ resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 sys.path.insert(0, sys.argv[2])
 request = json.loads(sys.stdin.read())
 import minijinja_py as mj
+""" + CHILD_SETUP + r"""
 kind = request["env"]
 env = {"chat": lambda: mj.chat_environment(), "spans": lambda: mj.chat_environment(),
        "immutable": lambda: mj.Environment(immutable=True),
