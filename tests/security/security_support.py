@@ -154,7 +154,10 @@ try:
     data = request["data"]
     if request["data_expr"]:
         data = eval(request["data_expr"])
-    text = template.render(**data)
+    if request.get("provenance"):
+        text = template.render_with_provenance(**data).text
+    else:
+        text = template.render(**data)
     result = {"kind": "ok", "output_length": len(text), "output_head": text[:200],
               "has_address": bool(re.search(r"0x[0-9a-fA-F]{4,}", text))}
 except BaseException as exc:
@@ -173,15 +176,17 @@ DEFAULT_MEMORY = 3 * 2 ** 30
 def run_isolated(source: str, data: Optional[dict] = None, *, data_expr: str = "",
                  limits: Optional[dict] = None, env: str = "chat",
                  env_options: Optional[dict] = None, timeout: float = 60.0,
-                 memory: int = DEFAULT_MEMORY) -> Isolated:
+                 memory: int = DEFAULT_MEMORY, provenance: bool = False) -> Isolated:
     """Parse and render ``source`` in a child interpreter.
 
     ``data`` must be JSON; ``data_expr`` is a Python expression evaluated in the child instead
     (for data that JSON cannot carry). ``limits`` are ``mj.Limits`` keyword arguments. The
     child's address space is capped at ``memory`` bytes; it is killed after ``timeout`` seconds.
+    With ``provenance`` the child renders with ``Template.render_with_provenance``.
     """
     request = json.dumps({"source": source, "data": data or {}, "data_expr": data_expr,
-                          "limits": limits, "env": env, "env_options": env_options or {}},
+                          "limits": limits, "env": env, "env_options": env_options or {},
+                          "provenance": provenance},
                          ensure_ascii=True)
     start = time.perf_counter()
     try:
