@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
 from .budget import size_cost
-from .limits import charge, check_collection_size, check_string_size, current_limits
+from .limits import (SET_LIKE, charge, check_collection_size, check_string_size,
+                     current_limits)
 
 BINOPS: Dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
@@ -39,6 +40,11 @@ def apply(op: str, left: Any, right: Any) -> Any:
         if type(result) is int and result.bit_length() > _SMALL_INT_BITS:
             check_int_digits(result)
         return result
+    if op == "-" and (isinstance(left, SET_LIKE) or isinstance(right, SET_LIKE)):
+        # `d.keys() - other`: a set of both sides' items (see collisions.py)
+        from .collisions import checked_set_operands
+
+        left, right = checked_set_operands([left, right], "a set difference")
     _check_before(op, left, right)
     result = BINOPS[op](left, right)
     kind = type(result)

@@ -31,6 +31,7 @@ import sys
 from functools import partial
 
 from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
+from .collisions import lookup_steps
 from .compiler import undefined_item
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
@@ -574,13 +575,16 @@ def _expr(w: _Writer, closure: Any) -> str:
         return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
                 f"else {_slow_read(w, obj, key, slow, f'type({obj}) is dict')})")
     if kind == "index":
-        # `messages[-1]`: a list holding that index, or a dict holding that key, is read
-        # directly (as the closure reads them, free); anything else is the slow path
-        _, operand, key, slow = spec
-        obj = w.temporary()
+        # `messages[-1]`: a list holding that index is read directly (as the closure reads
+        # it, free), a dict holding that key too, charged what looking an int up may cost
+        # (collisions.lookup_steps, as the closure charges); anything else is the slow path
+        _, operand, key, slow, charge = spec
+        obj, steps = w.temporary(), w.temporary()
         within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
         return (f"({obj}[{key}] if (type({obj} := {_expr(w, operand)}) is list and {within}) "
-                f"or (type({obj}) is dict and {key} in {obj}) else {w.ref(slow)}({obj}, scope))")
+                f"or (type({obj}) is dict and (({steps} := {w.ref(lookup_steps)}({key}, {obj})) "
+                f"== 0 or {w.charge(charge, steps)}) and {key} in {obj}) "
+                f"else {w.ref(slow)}({obj}, scope))")
     if kind == "subscript":
         # `messages[idx]`: a list's int index within it, or a dict's str key it holds, read
         # directly (as the closure reads them, free); anything else is the closure's path

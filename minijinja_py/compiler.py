@@ -38,6 +38,8 @@ from .arith import apply as arith_apply
 from .budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                      FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
                      SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
+from .collisions import (STR_HASH_SECRET, check_compared, check_lookup, check_membership,
+                         check_table, literal_allowed, literal_steps, lookup_steps)
 from .limits import (check_comparable, check_stored_tuples, check_string_size,
                      check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
@@ -1500,7 +1502,39 @@ class Compiler:
                     raise _locate(exc, key_node) from exc
             return result
 
-        return build_dict
+        if all(_key_never_aimed(key) for key, _ in node.pairs):
+            return build_dict  # `{'role': ..., 'content': ...}`: no key to count
+
+        def build_checked_dict(scope: Scope) -> dict:
+            """Keys that may be aimed (collisions.py): strs are added as they come; from the
+            first other key on, the pairs are evaluated (each key hashed, as build_dict
+            does) in order, all the keys counted, then the rest added."""
+            result = {}
+            for position, (key, value, key_node) in enumerate(pairs):
+                k = key(scope)
+                if type(k) is not str:
+                    return finish_checked_dict(scope, result, k, position)
+                result[k] = value(scope)
+            return result
+
+        def finish_checked_dict(scope: Scope, result: dict, first: Any, position: int) -> dict:
+            evaluated = []
+            for key, value, key_node in pairs[position:]:
+                k = key(scope) if evaluated else first
+                v = value(scope)
+                try:
+                    hash(k)
+                except Exception as exc:  # unhashable key (or a StrictUndefined one)
+                    raise _locate(exc, key_node) from exc
+                evaluated.append((k, v))
+            try:
+                check_table(list(result) + [k for k, _ in evaluated])
+            except TemplateError as exc:
+                raise _locate(exc, node) from None
+            result.update(evaluated)
+            return result
+
+        return build_checked_dict
 
     def e_getattr(self, node: n.Node) -> Expr:
         name = node.attr
@@ -1613,12 +1647,15 @@ class Compiler:
         variable = node.node.name
         key = node.arg.value
         sandbox = self.sandbox
+        aimed = _aimed_key(key)  # a dict lookup of it is charged (collisions.py)
 
         if self.is_local(variable):
             def get_item_of_local(scope: Scope) -> Any:
                 obj = scope.vars[variable]
                 cls = type(obj)
                 if cls is dict or cls is list:
+                    if aimed and cls is dict:
+                        _charge(scope, lookup_steps(key, obj), node)
                     try:
                         return obj[key]
                     except (KeyError, IndexError, TypeError):
@@ -1636,7 +1673,7 @@ class Compiler:
             elif _small_int(key):
                 get_item_of_local.spec = (  # type: ignore[attr-defined]
                     "index", _local_loader(variable), key,
-                    _slow_lookup(sandbox.getitem, key, node))
+                    _slow_lookup(sandbox.getitem, key, node), _step_charger(node))
             return get_item_of_local
 
         def get_item_of_name(scope: Scope) -> Any:
@@ -1650,6 +1687,8 @@ class Compiler:
                 obj = scope.ctx.undefined(name=variable)
             cls = type(obj)
             if cls is dict or cls is list:
+                if aimed and cls is dict:
+                    _charge(scope, lookup_steps(key, obj), node)
                 try:
                     return obj[key]
                 except (KeyError, IndexError, TypeError):
@@ -1667,7 +1706,7 @@ class Compiler:
         elif _small_int(key):  # `messages[-1]`
             get_item_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
                 "index", self.e_name(node.node), key,
-                _slow_lookup(sandbox.getitem, key, node))
+                _slow_lookup(sandbox.getitem, key, node), _step_charger(node))
         return get_item_of_name
 
     def e_getitem(self, node: n.Node) -> Expr:
@@ -1698,11 +1737,14 @@ class Compiler:
             return self.getitem_of_name(node)
         if isinstance(node.arg, n.Const):
             constant = node.arg.value
+            aimed = _aimed_key(constant)  # a dict lookup of it is charged (collisions.py)
 
             def get_constant_item(scope: Scope) -> Any:
                 obj = obj_of(scope)
                 cls = type(obj)
                 if cls is dict or cls is list:
+                    if aimed and cls is dict:
+                        _charge(scope, lookup_steps(constant, obj), node)
                     try:
                         return obj[constant]
                     except (KeyError, IndexError, TypeError):
@@ -1718,7 +1760,8 @@ class Compiler:
                     "lookup", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node))
             elif _small_int(constant):
                 get_constant_item.spec = (  # type: ignore[attr-defined]
-                    "index", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node))
+                    "index", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node),
+                    _step_charger(node))
             return get_constant_item
         key_of = self.expr(node.arg)
 
@@ -1730,6 +1773,8 @@ class Compiler:
             dict's str key itself, and calls this for anything else)."""
             if type(obj) is dict:
                 try:
+                    if type(key) is not str:  # a key a template may aim (collisions.py)
+                        check_lookup(key, obj)
                     return obj[key]
                 except (KeyError, TypeError):
                     pass
@@ -1878,6 +1923,8 @@ class Compiler:
                     return call_on(scope, owner, [key] if default_of is None else [key, default],
                                    {})
                 try:
+                    if type(key) is not str:  # a key a template may aim (collisions.py)
+                        check_lookup(key, owner)
                     result = owner.get(key, default)
                 except Exception as exc:  # an unhashable key
                     raise _locate(exc, node) from exc
@@ -2079,7 +2126,7 @@ class Compiler:
                 cost = size_cost(value) + sum(map(size_cost, positional))
                 if cost:
                     scope.ctx.charge(cost)
-                    _check_compared(value, positional)
+                    _check_compared(value, positional, once=True)
                 if pass_env:
                     result = function(env, value, *positional, **keywords)
                 else:
@@ -2408,12 +2455,13 @@ class Compiler:
                         elif kind is list or kind is tuple:
                             if len(right) >> ITEMS_SHIFT:
                                 scope.ctx.charge(len(right) >> ITEMS_SHIFT)
-                            if type(left) in _NESTING:  # compared with every item
-                                check_comparable(left)
                         elif kind is not dict:  # Markup, sets, views, host objects
                             scope.ctx.charge(size_cost(right))
                         if type(left) is not str:  # hashing or comparing a big key costs too
                             scope.ctx.charge(size_cost(left))
+                            # a key a template may aim, or a container compared with every
+                            # item (collisions.py)
+                            check_membership(left, right)
                         return left in right
                     except TemplateError as exc:
                         exc._locate(node.lineno, node.column)
@@ -2456,6 +2504,8 @@ class Compiler:
                                  compare_values)
             return compare_once
 
+        contains = {_COMPARE["in"], _COMPARE["notin"]}
+
         def compare(scope: Scope) -> Any:
             left = first(scope)
             try:
@@ -2463,6 +2513,8 @@ class Compiler:
                     right = operand(scope)
                     if type(left) not in _FREE_TO_COMPARE or type(right) not in _FREE_TO_COMPARE:
                         _price_comparison(left, right, scope)
+                        if function in contains:  # `a in b < c`: a lookup (collisions.py)
+                            check_membership(left, right)
                     if not function(left, right):
                         return False
                     left = right
@@ -2717,22 +2769,25 @@ _COMPARING_FILTERS = {"sort": True, "unique": True, "min": True, "max": True, "d
                       "rejectattr": False}
 
 
-def _check_compared(value: Any, arguments: Any, items_too: bool = True) -> None:
+def _check_compared(value: Any, arguments: Any, items_too: bool = True,
+                    once: bool = False) -> None:
     """Containers of containers about to be compared: bounded first (see
-    limits.check_comparable). Flat values cost nothing here."""
-    for item in ((value, *arguments) if items_too else arguments):
+    limits.check_comparable). Flat values cost nothing here. A filter sorting ``value``
+    compares each item about log2(n) times, a filter selecting its items compares each
+    argument with every one of them; a test compares ``value`` with its arguments ``once``."""
+    size = len(value) if isinstance(value, _NESTING) else 1
+    if items_too and isinstance(value, _NESTING):
+        check_comparable(value, 1 if once else max(size.bit_length(), 1))
+    for item in arguments:
         if isinstance(item, _NESTING):
-            check_comparable(item)
+            check_comparable(item, 1 if once else max(size, 1))
 
 
 def _price_comparison(left: Any, right: Any, scope: Scope) -> None:
     """Charge a comparison for what it reads; containers of containers are walked first, since
     comparing them recurses in C with no bound on time (see limits.check_comparable)."""
     scope.ctx.charge(size_cost(left) + size_cost(right))
-    # one bounded side bounds the comparison (it walks both in step); `x == x` is Python's
-    # identity shortcut, item by item, and costs what its length does
-    if isinstance(left, _NESTING) and isinstance(right, _NESTING) and left is not right:
-        check_comparable(left)
+    check_compared(left, right)
 
 
 def _local_loader(name: str) -> Expr:
@@ -2848,10 +2903,24 @@ def _literal_value(node: n.Node) -> Any:
             pairs = [(_literal_value(k), _literal_value(v)) for k, v in node.pairs]
             if any(k is MISSING or v is MISSING for k, v in pairs):
                 return MISSING
+            if not literal_allowed([k for k, _ in pairs]):  # refused when it is evaluated
+                return MISSING
             return dict(pairs)  # an unhashable key raises here: built at render time instead
     except TypeError:
         return MISSING
     return MISSING
+
+
+def _aimed_key(key: Any) -> bool:
+    """Whether a template may aim ``key`` at a dict's slots: its lookups are then charged
+    (collisions.lookup_steps)."""
+    return not (isinstance(key, str) and STR_HASH_SECRET)
+
+
+def _key_never_aimed(node: n.Node) -> bool:
+    """Whether a dict literal's key is a constant str no template can aim at a slot (see
+    collisions.py): such keys are not counted."""
+    return isinstance(node, n.Const) and not _aimed_key(node.value)
 
 
 def _plain_literal(value: Any) -> bool:
@@ -2869,9 +2938,12 @@ def _plain_literal(value: Any) -> bool:
 
 
 def _fresh_copier(value: Any) -> Expr:
-    """Each evaluation gets its own copy: templates may mutate a list or dict they built."""
+    """Each evaluation gets its own copy: templates may mutate a list or dict they built.
+    Copying hashes the keys of the dicts inside again: keys a template may aim are charged
+    what that may cost (collisions.literal_steps), each time."""
     copier = _plain_copier(value)
     built: List[Expr] = []
+    rehashing = literal_steps(value)
 
     def copy_literal(scope: Scope) -> Any:
         # Python's own literal code builds the copy fastest (keys and strings shared); it is
@@ -2884,6 +2956,12 @@ def _fresh_copier(value: Any) -> Expr:
                 built.append(copier)
         return built[0](scope)
 
+    if rehashing:
+        def copy_charged_literal(scope: Scope) -> Any:
+            scope.ctx.charge(rehashing)
+            return copy_literal(scope)
+
+        return copy_charged_literal
     return copy_literal
 
 

@@ -119,7 +119,11 @@ class _Folder:
         return [self.value(item) for item in node.items]
 
     def fold_DictLit(self, node: n.Node) -> "Any":
-        return {self.value(key): self.value(item) for key, item in node.pairs}
+        from .collisions import check_table
+
+        pairs = [(self.value(key), self.value(item)) for key, item in node.pairs]
+        check_table([key for key, _ in pairs])  # refused: evaluated (and refused) at render
+        return dict(pairs)
 
     def fold_BinOp(self, node: n.Node) -> "Any":
         from .arith import apply
@@ -152,10 +156,17 @@ class _Folder:
         return self.value(node.expr2)
 
     def fold_Compare(self, node: n.Node) -> "Any":
+        from .collisions import check_compared, check_membership
+
         left = self.value(node.expr)
         result = True
         for op, operand in node.ops:
             right = self.value(operand)
+            # what the render would check first (the compiler's comparisons)
+            if op == "in" or op == "notin":
+                check_membership(left, right)
+            else:
+                check_compared(left, right)
             result = _COMPARE[op](left, right)
             if not result:
                 return False

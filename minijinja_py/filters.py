@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .exceptions import FilterArgumentError
 from .budget import DICT_VIEWS, ITEM_STEPS
+from .collisions import SALT, check_engine_table
 from .limits import (charge, check_collection_size, check_deadline, check_string_size,
                      current_limits)
 from .markup import Markup
@@ -647,9 +648,19 @@ def do_unique(env: Any, value: Any, case_sensitive: bool = False,
     key = _getter(env, attribute, None if case_sensitive else _lower_if_str)
 
     def unique() -> Iterator[Any]:
-        seen = set()
-        for item in value:
-            marker = key(item)
+        items = list(value)
+        markers = list(map(key, items))
+        seen: set = set()
+        if check_engine_table(markers, "unique"):
+            # many markers a template may aim: kept salted (collisions.salted_key), so that
+            # none can pick its slot; those that can share a hash were charged
+            for item, marker in zip(items, markers):
+                salted = (SALT, marker)
+                if salted not in seen:
+                    seen.add(salted)
+                    yield item
+            return
+        for item, marker in zip(items, markers):
             if marker not in seen:
                 seen.add(marker)
                 yield item

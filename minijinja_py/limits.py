@@ -233,7 +233,15 @@ def materialise(value: Any) -> list:
     return list(value)
 
 
-def _walk_nested(value: Any, kinds: Any, what: str, depth_is_fatal: bool) -> None:
+#: Values whose comparisons and set operations look keys up in hash tables: sets and the
+#: dict views that compare as sets.
+SET_LIKE = (set, frozenset, type({}.keys()), type({}.items()))
+#: Exact types the comparison walk passes over without a closer look (most items).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _walk_nested(value: Any, kinds: Any, what: str, depth_is_fatal: bool,
+                 times: int = 1) -> None:
     """Refuse ``value`` when a C routine recursing through it could crash or run unbounded.
 
     Hashing a tuple and comparing lists, tuples and dicts recurse in C through the containers
@@ -247,6 +255,10 @@ def _walk_nested(value: Any, kinds: Any, what: str, depth_is_fatal: bool) -> Non
     ``max_collection_size``. The walk goes level by level; each level holds the distinct
     containers at that distance with the number of paths reaching them, so shared parts are
     walked once per level; every container visited is charged as work.
+
+    Comparing dicts (sets, dict views) looks their keys up in one another: what that may
+    cost, however the keys collide (collisions.comparison_work), over every path and for
+    ``times`` comparisons of ``value``, is refused or charged as one operation.
     """
     limits = current_limits()
     deepest = limits.max_recursion if depth_is_fatal else sys.getrecursionlimit()
@@ -254,18 +266,28 @@ def _walk_nested(value: Any, kinds: Any, what: str, depth_is_fatal: bool) -> Non
     depth = 1
     visited = 0
     reached = len(value)  # items the C routine visits, over every path
+    hashing = 0  # probes of the hash tables compared, over every path
+    noticed = kinds if depth_is_fatal else kinds + SET_LIKE  # (one test for most items)
+    if not depth_is_fatal:
+        from .collisions import check_comparison, comparison_work
     try:
         while depth < deepest or depth_is_fatal:
             below: dict = {}
             for outer, paths in level.values():
+                if not depth_is_fatal and isinstance(outer, dict):
+                    hashing += paths * comparison_work(outer)
                 for item in (outer.values() if isinstance(outer, dict) else outer):
+                    if type(item) in _SCALARS or not isinstance(item, noticed):
+                        continue
                     if isinstance(item, kinds):
                         key = id(item)
                         seen = below.get(key)
                         below[key] = (item, paths + (seen[1] if seen is not None else 0))
+                    else:  # a set or dict view, compared by lookups
+                        hashing += paths * comparison_work(item)
             visited += len(level)
             if not below:
-                return
+                break
             depth += 1
             if depth > deepest:
                 raise limits.exceeded("max_recursion",
@@ -278,6 +300,10 @@ def _walk_nested(value: Any, kinds: Any, what: str, depth_is_fatal: bool) -> Non
             level = below
     finally:
         charge(visited)
+    if hashing:
+        check_comparison(hashing * times)
+
+
 
 
 def check_tuple_depth(value: tuple) -> None:
@@ -286,10 +312,11 @@ def check_tuple_depth(value: tuple) -> None:
     _walk_nested(value, tuple, "a tuple of tuples", True)
 
 
-def check_comparable(value: Any) -> None:
-    """Before ``==``, ``<`` or ``in`` compares containers: bound what the comparison would
-    recurse through (lists, tuples and dicts in one another). See _walk_nested."""
-    _walk_nested(value, (list, tuple, dict), "a container to compare", False)
+def check_comparable(value: Any, times: int = 1) -> None:
+    """Before ``==``, ``<`` or ``in`` compares containers (``times`` times): bound what the
+    comparison would recurse through (lists, tuples and dicts in one another) and the hash
+    lookups of the dicts inside. See _walk_nested."""
+    _walk_nested(value, (list, tuple, dict), "a container to compare", False, times)
 
 
 def check_stored_tuples(args: Any, kwargs: Any) -> None:

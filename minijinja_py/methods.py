@@ -16,7 +16,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
 from .exceptions import SecurityError
-from .limits import charge, check_collection_size, check_repeat_size, check_string_size
+from .collisions import (HASHED, check_lookups, check_mapping_method, check_set_method,
+                         checked_fromkeys)
+from .limits import (charge, check_collection_size, check_comparable, check_repeat_size,
+                     check_string_size)
 
 try:  # CPython's helper that string.Formatter uses to split "a.b[c]"
     from _string import formatter_field_name_split
@@ -228,11 +231,14 @@ STR_METHODS.update({
 
 
 def _str_translate(value: str, table: Any) -> str:
-    """``str.translate``: a mapping can turn every character into a long string."""
+    """``str.translate``: a mapping can turn every character into a long string, and every
+    character's code point (an int: a key a template may aim) is looked up in it."""
     if isinstance(table, dict):
         longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
         check_repeat_size(max(longest, 1), len(value))
     charge(len(value) >> 4)
+    if isinstance(table, HASHED) and value:
+        check_lookups(len(value), table, "str.translate()")
     return value.translate(table)
 
 
@@ -272,13 +278,43 @@ def _list_method(name: str) -> Callable[..., Any]:
     return method
 
 
+def _checked_method(name: str, check: Callable[[Any, str, Any], Any]) -> Callable[..., Any]:
+    """The method ``name``, its arguments first given to ``check(owner, name, args)``, which
+    charges or refuses what the call will hash (collisions.py) and returns the arguments to
+    pass on."""
+    def method(value: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(value, name)(*check(value, name, args), **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _check_compared_argument(owner: Any, name: str, args: Any) -> Any:
+    """``items.index(x)``, ``count``, ``remove``: ``x`` is compared with every item."""
+    if args and isinstance(args[0], (list, tuple, dict)):
+        check_comparable(args[0], max(len(owner), 1))
+    return args
+
+
+def _check_sorted_owner(owner: Any, name: str, args: Any) -> Any:
+    """``items.sort()``: each item is compared about log2(n) times."""
+    if owner:
+        check_comparable(owner, max(len(owner).bit_length(), 1))
+    return args
+
+
 LIST_METHODS = {name: _list_method(name) for name in (
-    "index", "count", "copy", "append", "insert", "pop", "remove", "reverse", "sort", "clear")}
+    "copy", "append", "insert", "pop", "reverse", "clear")}
+LIST_METHODS.update({name: _checked_method(name, _check_compared_argument)
+                     for name in ("index", "count", "remove")})
+LIST_METHODS["sort"] = _checked_method("sort", _check_sorted_owner)
 LIST_METHODS["extend"] = _list_extend
-TUPLE_METHODS = {name: _list_method(name) for name in ("index", "count")}
+TUPLE_METHODS = {name: LIST_METHODS[name] for name in ("index", "count")}
 DICT_METHODS = {name: _list_method(name) for name in (
-    "get", "items", "keys", "values", "copy", "update", "pop", "popitem", "setdefault", "clear")}
-SET_METHODS = {name: _list_method(name) for name in (
+    "items", "keys", "values", "popitem", "clear")}
+DICT_METHODS.update({name: _checked_method(name, check_mapping_method) for name in (
+    "get", "copy", "update", "pop", "setdefault")})
+SET_METHODS = {name: _checked_method(name, check_set_method) for name in (
     "copy", "difference", "intersection", "isdisjoint", "issubset", "issuperset",
     "symmetric_difference", "union", "add", "clear", "discard", "pop", "remove", "update",
     "difference_update", "intersection_update", "symmetric_difference_update")}
@@ -301,9 +337,7 @@ def _int_from_bytes(value: int, data: Any, *args: Any, **kwargs: Any) -> int:
 
 
 def _dict_fromkeys(value: dict, keys: Any, *args: Any) -> dict:
-    keys = list(keys)
-    check_collection_size(len(keys))
-    return dict.fromkeys(keys, *args)
+    return checked_fromkeys(keys, *args)
 
 
 INT_METHODS = {name: _list_method(name) for name in (

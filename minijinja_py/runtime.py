@@ -10,9 +10,14 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from types import MappingProxyType
+
 from .exceptions import SecurityError, TemplateRuntimeError, UndefinedError
+from .limits import SET_LIKE
 
 
+#: Values compared item by item, recursively (see limits.check_comparable).
+_CONTAINERS = (list, tuple, dict)
 #: Values whose printed form is short whatever they hold (nothing to size-check first).
 _PRINTS_SMALL = frozenset({int, float, bool, type(None)})
 
@@ -257,7 +262,12 @@ class Namespace:
     __slots__ = ("_attrs",)
 
     def __init__(self, /, *args: Any, **kwargs: Any) -> None:
-        self._attrs: Dict[str, Any] = dict(*args, **kwargs)
+        if args:  # `namespace(d)`: a dict built from the template's values
+            from .collisions import checked_dict
+
+            self._attrs: Dict[str, Any] = checked_dict(args, kwargs, "namespace()")
+        else:
+            self._attrs = dict(**kwargs)
 
     def _template_getattr(self, name: str) -> Any:
         return self._attrs.get(name, MISSING)
@@ -311,14 +321,14 @@ class TemplateDict:
     template_attributes = frozenset({"fromkeys"})
 
     def __call__(self, *args: Any, **kwargs: Any) -> dict:
-        return dict(*args, **kwargs)
+        from .collisions import checked_dict
+
+        return checked_dict(args, kwargs)
 
     def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
-        from .limits import check_collection_size
+        from .collisions import checked_fromkeys
 
-        keys = list(args[0]) if args else []
-        check_collection_size(len(keys))
-        return dict.fromkeys(keys, *args[1:], **kwargs)
+        return checked_fromkeys(args[0] if args else [], *args[1:], **kwargs)
 
     def __repr__(self) -> str:
         return "<TemplateDict>"
@@ -434,6 +444,10 @@ class LoopContext:
         return args[self.index0 % len(args)]
 
     def changed(self, *value: Any) -> bool:
+        if any(isinstance(item, _CONTAINERS) for item in value):
+            from .collisions import check_compared  # containers compared: bounded first
+
+            check_compared(value, self._last_changed)
         if self._last_changed != value:
             self._last_changed = value
             return True
@@ -596,10 +610,20 @@ class HostMethod:
         self.owner_type = owner_type
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        owner = getattr(self.method, "__self__", None)
+        if isinstance(owner, _HASHING_OWNERS):  # `d.keys().isdisjoint(x)`: hashes x
+            from .collisions import check_host_method
+
+            args = check_host_method(owner, self.name, args)
         return self.method(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<built-in method {self.name} of {self.owner_type} object>"
+
+
+#: Host objects whose methods hash their arguments into tables (dict views, sets, a view's
+#: ``mapping``): checked by collisions.check_host_method.
+_HASHING_OWNERS = SET_LIKE + (MappingProxyType,)
 
 
 class RuntimeMethod(HostMethod):
@@ -608,6 +632,9 @@ class RuntimeMethod(HostMethod):
 
     __slots__ = ()
     template_type_name = "method"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<bound method {self.owner_type}.{self.name} of {self.method.__self__!r}>"

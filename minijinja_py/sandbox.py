@@ -18,6 +18,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
+from .collisions import HASHED, check_lookup
 from .exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table, plain_value
 from .runtime import (FORMAT_METHODS, MISSING, BlockReference, BoundMethod, Cycler,
@@ -202,6 +203,8 @@ class Sandbox:
             return obj._template_getitem(key)
         if isinstance(obj, Namespace):
             return obj._template_getitem(key)
+        if type(key) is not str and isinstance(obj, HASHED):
+            check_lookup(key, obj)  # a key a template may aim (collisions.py)
         if isinstance(obj, (dict, list, tuple, str)):
             try:
                 return obj[key]

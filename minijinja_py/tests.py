@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
 from .budget import size_cost
+from .collisions import check_membership
 from .limits import charge
 from .runtime import ChainableUndefined, Undefined, pass_environment
 
@@ -185,6 +186,7 @@ def is_escaped(value: Any) -> bool:
 def is_in(value: Any, seq: Any) -> bool:
     """The value is contained in ``seq`` (a scan of it, charged by its size)."""
     charge(size_cost(seq))
+    check_membership(value, seq)
     return value in seq
 
 

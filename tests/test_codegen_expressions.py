@@ -351,6 +351,11 @@ CASES = [
     "{{ m.name | d([1, m.role]) }}|{{ m.name | default(m.name) }}|{{ d.u | default('u') }}|"
     "{{ m.content | default('e', true) }}|{% for c in m.calls | default([]) %}{{ c }}"
     "{% endfor %}{{ (m.n | default(range(3) | list)) | length }}{% endfor %}",
+    # a dict read with a constant int key: charged what looking an int up may cost however
+    # the dict's keys collide (collisions.lookup_steps), on both paths; a list as before
+    "{% set d = dict.fromkeys(range(40), 'v') %}{% for m in messages %}{% set e = d %}"
+    "{{ d[0] }}{{ d[-1] }}{{ e[5] }}{{ [d][0][7] }}{{ e[99] }}{{ m[0] }}{{ [m][0] }}"
+    "{% endfor %}",
 
 ]
 
