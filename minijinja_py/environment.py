@@ -340,9 +340,11 @@ class Template:
             env = self.environment
             parse_token = _limits.activate_parse(env.limits)
             try:
-                ast = locate_literals(env._parse(self.source, self.name))
-                compiled = ProvenanceCompiler(env).compile_template(ast)
-                self._provenance_names = frozenset(node.name for node in ast.find_all(n.Name))
+                with paused_gc():  # as the plain compile (see gcpause): 6x faster on 1 MB
+                    ast = locate_literals(env._parse(self.source, self.name))
+                    compiled = ProvenanceCompiler(env).compile_template(ast)
+                    self._provenance_names = frozenset(
+                        node.name for node in ast.find_all(n.Name))
             except TemplateError as exc:
                 exc._attach_source(self.name, self.source)
                 raise

@@ -169,7 +169,9 @@ def test_hostile_hashing_is_refused(source: str, data: Any, data_expr: str,
     options: Dict[str, Any] = {}
     if env_options is not None:
         options = {"env": "plain", "env_options": env_options}
+    # the deadline (a wall clock) out of the way: on a loaded machine it could fire first
     result = run_isolated(source, data, data_expr=data_expr, timeout=TIMEOUT, memory=MEMORY,
+                          limits={"max_seconds": None},
                           render_mode="provenance" if provenance else None, **options)
     assert result.kind == "template_error", result.describe()
     assert result.error_class == "LimitExceededError", result.describe()
