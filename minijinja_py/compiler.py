@@ -293,7 +293,7 @@ class Compiler:
         ``extra`` expressions (macro defaults) are compiled in the frame too: call
         ``self.compiled_extra`` afterwards for them.
         """
-        symbols = analyse_frame(statements, self.outer_refs, declared)
+        symbols = analyse_frame(statements, self.outer_refs, declared, extra)
         self.frame_depth += 1
         saved = self.outer_refs
         self.outer_refs = symbols.refs()
