@@ -277,10 +277,17 @@ class Compiler:
         self.frame_depth = 0
         # What Python refuses in the code Jinja2 generates (its SyntaxError): found while
         # compiling, raised once the whole template has compiled, since Jinja2's own compile
-        # errors come first; a parameter named twice before a keyword given twice (Python's
-        # symbol table sees every function before its compiler sees a call).
+        # errors come first; a parameter named twice before the rest (Python's symbol table
+        # sees every function before its compiler sees the code), then the first of a keyword
+        # given twice and a break/continue outside a loop (see refuse_in_code).
         self.duplicate_parameter: Optional[TemplateSyntaxError] = None
-        self.repeated_keyword: Optional[TemplateSyntaxError] = None
+        self.refused_code: Optional[TemplateSyntaxError] = None
+        # Whether a break or continue here stops a loop: in a loop's body, and in an `else`
+        # or a block that Jinja2 writes in the same Python function (an `if`, `with`,
+        # `filter`, `set` or `autoescape` block); not in what it writes as a function of its
+        # own (a macro, call block, `{% block %}`, `{% generation %}` or the `else` of a
+        # recursive loop), where Python refuses the statement.
+        self.in_loop = False
         # The template's own body's hot state (hot_switching): its runs, one per render
         # started (until it is generated, after HOT_CALLS renders), and its generated
         # function. Every hot threshold reads the runs (see FIRST_RENDER_FACTOR).
@@ -318,6 +325,22 @@ class Compiler:
         self.frame_stores = frozenset(symbols.stores)  # the names the frame binds
         return body, tuple(sorted(symbols.starts_undefined() - set(declared)))
 
+    def frame_where(self, loop_controls: bool, statements: List[n.Node],
+                    declared: Tuple[str, ...] = (), extra: Tuple[n.Node, ...] = ()
+                    ) -> Tuple[Stmt, Tuple[str, ...]]:
+        """:meth:`frame`, with break and continue allowed in it or not (see ``in_loop``)."""
+        saved, self.in_loop = self.in_loop, loop_controls
+        try:
+            return self.frame(statements, declared, extra)
+        finally:
+            self.in_loop = saved
+
+    def refuse_in_code(self, message: str, node: n.Node) -> None:
+        """Python's SyntaxError compiling Jinja2's code for ``node``, raised once the whole
+        template has compiled (the first one met)."""
+        if self.refused_code is None:
+            self.refused_code = TemplateSyntaxError(message, node.lineno, node.column)
+
     def is_local(self, name: str) -> bool:
         return name in self.local_names[-1]
 
@@ -329,7 +352,7 @@ class Compiler:
         self.outer_refs = frozenset()
         self.facts = self.subtree_facts(template)
         root, fresh = self.frame(template.body)
-        refused = self.duplicate_parameter or self.repeated_keyword
+        refused = self.duplicate_parameter or self.refused_code
         if refused is not None:
             raise refused
         hot_root = self.hot_switching(root, self.renders)
@@ -660,15 +683,25 @@ class Compiler:
                 node.column)
         # Jinja2 builds `loop` only when the body mentions it (it costs per iteration).
         uses_loop = node.recursive or bool(facts & _MENTIONS_LOOP)
-        body, fresh = self.frame(node.body, targets + (("loop",) if uses_loop else ()))
+        body, fresh = self.frame_where(True, node.body,
+                                       targets + (("loop",) if uses_loop else ()))
         body_binds = self.frame_stores
-        else_, else_fresh = self.frame(node.else_) if node.else_ else (None, ())
+        else_, else_fresh = (None, ())
+        if node.else_:
+            # the `else` runs where the loop stands, but a recursive loop is a function of
+            # its own in Jinja2, its `else` included
+            else_, else_fresh = self.frame_where(self.in_loop and not node.recursive,
+                                                 node.else_)
         loop_filter = None
         if node.test is not None:
-            self.local_names.append(frozenset(targets))  # evaluated with only the targets
+            # evaluated with only the targets, in a frame of its own (Jinja2's filter
+            # function): an unknown filter or test there is a compile error even inside an `if`
+            self.local_names.append(frozenset(targets))
+            saved_in_if, self.in_if = self.in_if, 0
             try:
                 loop_filter = self.truth(node.test)
             finally:
+                self.in_if = saved_in_if
                 self.local_names.pop()
         recursive = node.recursive
         simple_name = node.target.name if isinstance(node.target, n.NameTarget) else None
@@ -1131,13 +1164,20 @@ class Compiler:
         catch_varargs = "varargs" in used
         wants_caller = "caller" in used
         explicit_caller = "caller" in arg_names
+        if wants_caller and explicit_caller and dict(params)["caller"] is None:
+            # Jinja2 refuses it while compiling the macro (or the call block's caller), before
+            # its defaults and body
+            raise TemplateAssertionError(
+                'When defining macros or call blocks the special "caller" argument must be '
+                "omitted or be given a default.", defined_at.lineno, defined_at.column)
         count = len(arg_names)
         specials = tuple(name for name, used_ in (("caller", wants_caller),
                                                   ("kwargs", catch_kwargs),
                                                   ("varargs", catch_varargs)) if used_)
         default_nodes = tuple(d for _, d in params if d is not None)
         call_cost = CALL_STEPS + body_cost(body_nodes)
-        body, fresh = self.frame(body_nodes, arg_names + specials, extra=default_nodes)
+        body, fresh = self.frame_where(False, body_nodes, arg_names + specials,
+                                       extra=default_nodes)
         body = self.hot_switching(body)
         compiled_defaults = iter(self.compiled_extra)
         defaults = [(p, next(compiled_defaults) if d is not None else None) for p, d in params]
@@ -1335,7 +1375,7 @@ class Compiler:
         if not node.scoped:
             self.outer_refs = frozenset()  # its own frame, outside any other
         try:
-            body, fresh = self.frame(node.body)
+            body, fresh = self.frame_where(False, node.body)
         finally:
             self.outer_refs = saved
         name = node.name
@@ -1372,6 +1412,9 @@ class Compiler:
         return in_root_scope
 
     def s_break(self, node: n.Node) -> Stmt:
+        if not self.in_loop:
+            self.refuse_in_code("'break' outside loop", node)
+
         def break_(scope: Scope, out: list) -> str:
             return BREAK
 
@@ -1379,6 +1422,9 @@ class Compiler:
         return break_
 
     def s_continue(self, node: n.Node) -> Stmt:
+        if not self.in_loop:
+            self.refuse_in_code("'continue' not properly in loop", node)
+
         def continue_(scope: Scope, out: list) -> str:
             return CONTINUE
 
@@ -1386,8 +1432,9 @@ class Compiler:
         return continue_
 
     def s_generation(self, node: n.Node) -> Stmt:
-        # transformers implements the tag as a call block: its body is a frame of its own.
-        body, fresh = self.frame(node.body)
+        # transformers implements the tag as a call block: its body is a frame of its own,
+        # and a function (a break or continue in it is refused)
+        body, fresh = self.frame_where(False, node.body)
         body = self.hot_switching(body)
 
         def generation(scope: Scope, out: list) -> Any:
@@ -1797,11 +1844,10 @@ class Compiler:
 
     def arguments(self, node: n.Node) -> Tuple[Callable[[Scope], Tuple[list, dict]], bool]:
         """Compile the arguments of a Call/Filter/Test into ``f(scope) -> (args, kwargs)``."""
-        if self.repeated_keyword is None:
+        if self.refused_code is None:
             repeated = _repeated_keyword(node)
             if repeated is not None:
-                self.repeated_keyword = TemplateSyntaxError(
-                    f"keyword argument repeated: {repeated}", node.lineno, node.column)
+                self.refuse_in_code(f"keyword argument repeated: {repeated}", node)
         args = [self.expr(a) for a in node.args]
         kwargs = [(k, self.expr(v)) for k, v in node.kwargs]
         dyn_args = self.expr(node.dyn_args) if node.dyn_args is not None else None

@@ -1015,18 +1015,11 @@ class Parser:
                    line, column)
 
     def _stmt_loop_control(self, rest, segment, stack, line, column):
-        tag = "break" if segment.tokens[0][1] == "break" else "continue"
+        # (one outside a loop is refused by the compiler, after Jinja2's own compile errors:
+        # Python's SyntaxError compiling Jinja2's code for the template)
+        node_type = n.Break if segment.tokens[0][1] == "break" else n.Continue
         self._expect_end(rest, segment)
-        for block in reversed(stack):
-            if block.tag in ("macro", "call", "block"):  # a block renders as a function
-                break
-            if block.tag == "for" and block.middle != "else":
-                node_type = n.Break if tag == "break" else n.Continue
-                stack[-1].body.append(node_type(lineno=line, column=column))
-                return
-        # Jinja2: Python's SyntaxError compiling the template, with Python's message
-        message = "'break' outside loop" if tag == "break" else "'continue' not properly in loop"
-        self._defer(self.error(message, line, column))
+        stack[-1].body.append(node_type(lineno=line, column=column))
 
     def _stmt_do(self, rest, segment, stack, line, column):
         expr = self.parse_tokens(rest, "print_tag", segment)  # Jinja2: a tuple too
