@@ -22,8 +22,9 @@ EXPECTED_DIR = HERE / "expected"
 # Keys allowed in one case object.
 CASE_KEYS = {"name", "template", "context", "options", "error", "note", "python"}
 # Environment options a case may override (defaults: trim_blocks=True,
-# lstrip_blocks=True, keep_trailing_newline=False -- the transformers setup).
-OPTION_KEYS = {"trim_blocks", "lstrip_blocks", "keep_trailing_newline"}
+# lstrip_blocks=True, keep_trailing_newline=False -- the transformers setup -- and
+# generation=True: transformers' {% generation %} tag; false leaves Jinja2's own tags).
+OPTION_KEYS = {"trim_blocks", "lstrip_blocks", "keep_trailing_newline", "generation"}
 # "python": the Pythons a case's result holds on, where Python itself changed (Jinja2 calls
 # str methods as they are): "<3.13" or ">=3.13".
 PYTHON_RE = re.compile(r"^(<|>=)(\d+)\.(\d+)$")

@@ -110,7 +110,10 @@ def test_expectations_in_sync():
 
 
 def _render(mj, case):
-    env = mj.chat_environment(now=NOW, **case["options"])
+    options = dict(case["options"])
+    if not options.pop("generation", True):  # the chat environment without {% generation %}
+        options["extensions"] = []
+    env = mj.chat_environment(now=NOW, **options)
     return env.from_string(case["template"]).render(**case["context"])
 
 
