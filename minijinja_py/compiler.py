@@ -267,7 +267,12 @@ class Compiler:
         self.in_if = 0  # inside an `if`, unknown filters/tests fail at render time (Jinja2)
         self.facts: Dict[int, int] = {}  # node id -> what its subtree holds (body_facts)
         self.blocks: Dict[str, Callable[[Any], str]] = {}  # {% block %} name -> self.name()
-        self.autoescape = False  # inside `{% autoescape true %}`
+        # Jinja2's eval context while compiling: whether output is escaped, as the innermost
+        # `{% autoescape %}` whose flag is computed while compiling says; and whether the
+        # code is *volatile*, inside a block whose flag is only known at render time (then
+        # values are escaped as the flag is then, see escaping_output)
+        self.autoescape = False
+        self.volatile = False
         self.outer_refs: FrozenSet[str] = frozenset()  # names enclosing frames know
         # Names certainly bound in the innermost scope at run time (loop targets, macro
         # parameters): reading them needs no walk up the scope chain.
@@ -406,7 +411,9 @@ class Compiler:
         return found
 
     def expr(self, node: n.Node) -> Expr:
-        if self.facts.get(id(node), 0) & _FOLDED_FIRST and type(node) in _folded_kinds():
+        # (Jinja2 folds no expression in volatile code, see __init__)
+        if self.facts.get(id(node), 0) & _FOLDED_FIRST and not self.volatile and \
+                type(node) in _folded_kinds():
             folded = self.constant(node)
             if folded is not None:
                 return folded
@@ -420,7 +427,8 @@ class Compiler:
         Jinja2 never compiles, so its compile errors are not raised."""
         from .constfold import fold_printed, has_safe_repr
 
-        value = fold_printed(node, self.env, self.join_text, self.fold_text)
+        value = fold_printed(node, self.env, self.join_text, self.fold_text,
+                             escaping=self.autoescape)
         if value is MISSING or not has_safe_repr(value):
             return None
         if isinstance(value, (list, dict)):
@@ -444,8 +452,8 @@ class Compiler:
 
     # -- statements ----------------------------------------------------------------------
     def s_output(self, node: n.Node) -> Stmt:
-        if self.autoescape:
-            return self.escaped_output(node)
+        if self.autoescape or self.volatile:
+            return self.escaping_output(node)
         printer = self.printer
         items: List[Tuple[bool, Any]] = []
         for item in node.nodes:
@@ -565,13 +573,26 @@ class Compiler:
         except Exception:  # printing fails too (a strict undefined): at render time then
             return None
 
-    def escaped_output(self, node: n.Node) -> Stmt:
-        """Output inside ``{% autoescape true %}``: values are HTML-escaped unless Markup."""
-        items = [(True, item.data) if isinstance(item, n.TemplateData)
-                 else (False, (self.expr(item), item)) for item in node.nodes]
+    def escaping_output(self, node: n.Node) -> Stmt:
+        """Output inside ``{% autoescape %}``: values HTML-escaped (unless Markup) where the
+        block escapes. A flag Jinja2 computes while compiling decides for the whole block;
+        any other makes the block volatile: a value is then escaped as the flag is at render
+        time, while a constant, which Jinja2 prints while compiling, is escaped as the blocks
+        around decide then (not at all outside them)."""
+        items: List[Tuple[bool, Any]] = []
+        for item in node.nodes:
+            if isinstance(item, n.TemplateData):
+                items.append((True, item.data))
+                continue
+            text = self.compiled_output(item)
+            items.append((True, text) if text is not None else (False, (self.expr(item), item)))
         escaped = self.escaped_text
+        printer = self.printer
+        volatile = self.volatile
 
         def output(scope: Scope, out: list) -> None:
+            ctx = scope.ctx
+            show = printer if volatile and not ctx.autoescape else escaped
             size = 0
             for is_text, item in items:
                 if is_text:
@@ -579,20 +600,45 @@ class Compiler:
                     size += len(item)
                     continue
                 try:
-                    text = escaped(item[0](scope))
+                    text = show(item[0](scope))
                 except TemplateError:
                     raise
                 except Exception as exc:
                     raise _locate(exc, item[1]) from exc
                 out.append(text)
                 size += len(text)
-            ctx = scope.ctx
             ctx.output_size += size
             if ctx.output_size > ctx.max_output:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
         return output
+
+    def compiled_output(self, node: n.Node) -> Optional[str]:
+        """The text of ``{{ node }}`` where Jinja2 computes it while compiling (escaped if the
+        blocks around escape then), else None. Inside ``{% autoescape %}`` this is not the
+        text evaluating it at render time would give: there ``~`` keeps Markup, and a
+        volatile block escapes by its flag at render time."""
+        from .constfold import fold_printed
+
+        value = fold_printed(node, self.env, self.join_text, self.fold_text, self.volatile,
+                             self.autoescape)
+        if value is MISSING:
+            return None
+        try:
+            return self.escaped_text(value) if self.autoescape else self.printer(value)
+        except Exception:  # printing fails (a strict undefined): at render time then
+            return None
+
+    def captured_as(self) -> Optional[Callable[[RenderContext, str], Any]]:
+        """How output captured by the code compiled now is handed on (a filter block's body
+        to its filter, a recursive loop's ``loop(...)``): Markup where it is escaped already,
+        as compiled, or in a volatile block as the render escapes then; None: as it is."""
+        if self.volatile:
+            return lambda ctx, text: ctx.safe(text) if ctx.autoescape else text
+        if self.autoescape:
+            return lambda ctx, text: ctx.safe(text)
+        return None
 
     @staticmethod
     def escaped_text(value: Any) -> str:
@@ -602,23 +648,32 @@ class Compiler:
         return str(escape(value))
 
     def s_autoescape(self, node: n.Node) -> Stmt:
-        enabled = self.truth(node.enabled)
-        saved = self.autoescape
-        try:  # a frame of its own: what is set inside stays inside, as in Jinja2
-            self.autoescape = True
-            escaped, fresh = self.frame(node.body)
-            self.autoescape = False
-            plain, _ = self.frame(node.body)
+        """``{% autoescape flag %}``: a frame of its own (Jinja2 puts the block in a Scope),
+        the flag evaluated in it. What the flag is while compiling decides how its output is
+        compiled (see escaping_output); at render time it is the render's escaping state
+        (``RenderContext.autoescape``) until the block ends."""
+        from .constfold import fold_printed
+
+        flag = fold_printed(node.enabled, self.env, self.join_text, self.fold_text,
+                            self.volatile, self.autoescape)
+        saved = self.autoescape, self.volatile
+        if flag is MISSING:
+            self.volatile = True
+        else:
+            self.autoescape = bool(flag)
+        try:
+            body, fresh = self.frame(node.body, extra=(node.enabled,))
+            enabled = self.truth_of(self.compiled_extra[0], node.enabled)
         finally:
-            self.autoescape = saved
+            self.autoescape, self.volatile = saved
 
         def autoescape(scope: Scope, out: list) -> Any:
             ctx = scope.ctx
             inner = Scope(fresh_variables(fresh, ctx), scope, ctx)
-            on = enabled(scope)
-            saved_state, ctx.autoescape = ctx.autoescape, on
+            saved_state = ctx.autoescape
+            ctx.autoescape = enabled(inner)
             try:
-                return (escaped if on else plain)(inner, out)
+                return body(inner, out)
             finally:
                 ctx.autoescape = saved_state
 
@@ -656,8 +711,11 @@ class Compiler:
 
     def truth(self, node: n.Node) -> Expr:
         """``bool(expr)``, located (a StrictUndefined raises when tested)."""
-        value = self.expr(node)
+        return self.truth_of(self.expr(node), node)
 
+    @staticmethod
+    def truth_of(value: Expr, node: n.Node) -> Expr:
+        """``bool(value(scope))``, located at ``node``."""
         def test(scope: Scope) -> bool:
             result = value(scope)
             if result is True or result is False:
@@ -907,6 +965,8 @@ class Compiler:
                 raise _locate(exc, node) from None
             ctx.steps += not_run
 
+        captured_as = self.captured_as()
+
         def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
             def recurse(value: Any, depth0: int) -> str:
                 ctx = scope.ctx
@@ -915,7 +975,8 @@ class Compiler:
                     buffer: list = []
                     before = ctx.output_size
                     run(scope, buffer, value, depth0)
-                    return ctx.captured(buffer, before)
+                    text = ctx.captured(buffer, before)
+                    return text if captured_as is None else captured_as(ctx, text)
                 finally:
                     ctx.depth -= 1
             return recurse
@@ -1092,6 +1153,7 @@ class Compiler:
         return assign_block
 
     def s_filter_block(self, node: n.Node) -> Stmt:
+        captured_as = self.captured_as()
         body, fresh = self.frame(node.body)
         body = self.hot_switching(body)
         # Jinja2 applies the filter in the block's own frame, where an unknown filter is a
@@ -1110,7 +1172,10 @@ class Compiler:
             signal = body(Scope(fresh_variables(fresh, ctx), scope, ctx), buffer)
             if signal is not None:
                 return signal
-            value = apply_filter(scope, ctx.captured(buffer, before))
+            value = ctx.captured(buffer, before)
+            if captured_as is not None:
+                value = captured_as(ctx, value)
+            value = apply_filter(scope, value)
             try:
                 text = printer(value)
             except Exception as exc:
@@ -1306,7 +1371,7 @@ class Compiler:
                 ctx.steps += len(text) >> CHARS_SHIFT
                 if ctx.steps > ctx.max_steps:
                     raise ctx.too_much_work()
-                # called inside `{% autoescape true %}`: its output is Markup (Jinja2)
+                # called while the render escapes (in `{% autoescape true %}`): Markup
                 return ctx.safe(text) if ctx.autoescape else text
             finally:
                 ctx.depth -= 1
@@ -1371,13 +1436,16 @@ class Compiler:
     def s_scope(self, node: n.Node) -> Stmt:
         """``{% block %}``: rendered where it stands, and callable as ``self.name()``. A block
         sees the template's variables, not the loop or macro around it, unless ``scoped``."""
-        saved = self.outer_refs
+        saved = self.outer_refs, self.autoescape, self.volatile
         if not node.scoped:
             self.outer_refs = frozenset()  # its own frame, outside any other
+        # Jinja2 compiles blocks after the template's body, outside every `{% autoescape %}`
+        # (escaping where it stands is the render's: a filter or a `set` block asks it)
+        self.autoescape = self.volatile = False
         try:
             body, fresh = self.frame_where(False, node.body)
         finally:
-            self.outer_refs = saved
+            self.outer_refs, self.autoescape, self.volatile = saved
         name = node.name
         block_cost = body_cost(node.body)
 
@@ -1395,7 +1463,9 @@ class Compiler:
                 buffer: list = []
                 before = ctx.output_size
                 render_block(root, buffer)
-                return ctx.captured(buffer, before)
+                text = ctx.captured(buffer, before)
+                # called while the render escapes: Markup (Jinja2's BlockReference)
+                return ctx.safe(text) if ctx.autoescape else text
             finally:
                 ctx.depth -= 1
 
@@ -2441,6 +2511,37 @@ class Compiler:
                 raise
             except Exception as exc:
                 raise _locate(exc, node) from exc
+
+        if self.autoescape and not self.volatile:
+            escaped = self.escaped_text
+
+            def markup_concat(scope: Scope) -> str:
+                """Jinja2's markup_join, its `~` inside ``{% autoescape true %}``: with a
+                Markup piece, the others are escaped and the result is Markup."""
+                try:
+                    pieces = []
+                    for part in parts:
+                        value = part(scope)
+                        pieces.append(value if isinstance(value, str) else text_of(value))
+                    if any(hasattr(piece, "__html__") for piece in pieces):
+                        pieces = [piece if hasattr(piece, "__html__") else escaped(piece)
+                                  for piece in pieces]
+                        joined = concat_pieces(scope, pieces)
+                        return scope.ctx.safe(joined)
+                    return concat_pieces(scope, pieces)
+                except TemplateError as exc:
+                    exc._locate(node.lineno, node.column)
+                    raise
+                except Exception as exc:
+                    raise _locate(exc, node) from exc
+
+            def concat_pieces(scope: Scope, pieces: List[str]) -> str:
+                total = sum(map(len, pieces))
+                if total >> CHARS_SHIFT:
+                    charge_joined(scope, total)
+                return join(pieces)
+
+            return markup_concat
 
         concat.spec = (  # type: ignore[attr-defined]
             "concat", parts, text_of, charge_joined, _step_charger(node))

@@ -277,9 +277,7 @@ class _Visitor:
         pass
 
     def visit_AutoEscape(self, node: n.Node) -> None:
-        self.visit(node.enabled)
-        for statement in node.body:
-            self.visit(statement)
+        pass  # a frame of its own (Jinja2 puts the block in a Scope), its flag read in it
 
 
 _CONTAINERS = (n.Node, list, tuple)
