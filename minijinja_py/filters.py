@@ -40,7 +40,7 @@ from .exceptions import FilterArgumentError
 from .budget import DICT_VIEWS, ITEM_STEPS
 from .collisions import SALT, check_engine_table
 from .limits import (charge, check_collection_size, check_deadline, check_string_size,
-                     current_limits)
+                     current_limits, current_render)
 from .markup import Markup
 from .markup import escape as _escape
 from .methods import STR_STAND_INS
@@ -80,11 +80,13 @@ class _Regex:
 
 
 def _autoescape(env: Any) -> bool:
-    """Whether the environment escapes output (off in transformers; attribute optional)."""
+    """Whether output is escaped where the filter runs (Jinja2's eval context): inside
+    ``{% autoescape true %}`` of the render in progress, or everywhere in an environment that
+    escapes (off in transformers; attribute optional)."""
     setting = getattr(env, "autoescape", False)
     if callable(setting):
         setting = setting(None)
-    return bool(setting)
+    return bool(setting) or getattr(current_render(), "autoescape", False) is True
 
 
 def _has_html(value: Any) -> bool:

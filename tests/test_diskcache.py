@@ -57,7 +57,7 @@ def test_every_corpus_ast_survives_a_round_trip() -> None:
         ast = parser.parse(source, trim_blocks=True, lstrip_blocks=True)
         assert repr(diskcache.loads(diskcache.dumps(ast))) == repr(ast)
     for source in EVERY_CONSTRUCT:
-        ast = parser.parse(source, do_statement=True)
+        ast = parser.parse(source, extension_tags=("do", "generation"))
         assert repr(diskcache.loads(diskcache.dumps(ast))) == repr(ast), source
     # chains nearly as deep as the parser allows (504) load too, in the default recursion limit
     for unit in (" + 1", "|string", " if x else 1", ".a", "[0]"):
@@ -157,7 +157,7 @@ def _key(source):
     env = mj.chat_environment()
     return diskcache.entry_key(source, (env.trim_blocks, env.lstrip_blocks,
                                         env.keep_trailing_newline, env.limits.max_nesting,
-                                        env.do_statement),
+                                        env.extension_tags),
                                mj.environment._engine_id())
 
 
