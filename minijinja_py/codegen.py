@@ -5,8 +5,9 @@ statement and per operand. For bodies that run many times (a loop over a long co
 this module writes one Python function doing what those closures do, with their fast paths
 (``message['role']`` read straight from a dict, string comparisons, ``if`` tests, printing)
 written out inline, and every other node still calling its closure. Nothing here decides
-semantics: each closure carries a ``spec`` describing its own fast path (attached where the
-compiler creates it), and the code below reproduces exactly that fast path and falls back to
+semantics: each closure carries a ``spec`` describing its own fast path (one class per kind,
+in fastpath_specs.py, attached where the compiler creates it), and the emitter for its kind
+below (``_EXPRESSIONS``, ``_STATEMENTS``) reproduces exactly that fast path and falls back to
 the same slow path the closure takes. Closures without a spec are simply called.
 
 The function is built once the loop has run its body ``compiler.HOT_ITERATIONS`` times, over all
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+    from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
 import re
 import sys
@@ -32,6 +33,11 @@ from functools import partial
 
 from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
 from .collisions import lookup_steps
+from .fastpath_specs import (Add, And, Body, Break, Call, Concat, Cond, Const, Contains,
+                             Continue, Define, DictGet, DirectAttribute, EqStr, Filter, If, Index,
+                             IntCompare, IntOp, Local, Lookup, Name, Not, Or, Print, PrintParts,
+                             Set, SetNamespace, StrMethod, Subscript, SumPrint, Test, Text,
+                             Truth, spec_of)
 from .compiler import undefined_item
 from .exceptions import TemplateError, wrap_python_error
 from .runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
@@ -543,237 +549,319 @@ class _Writer:
 
 # -- expressions ----------------------------------------------------------------------------
 def _expr(w: _Writer, closure: Any) -> str:
-    """A Python expression with the value of ``closure(scope)``."""
-    spec = getattr(closure, "spec", None)
-    if spec is None:
+    """A Python expression with the value of ``closure(scope)``: its spec's emitter (see
+    :data:`_EXPRESSIONS`), or a call of the closure."""
+    spec = spec_of(closure)
+    emitter = _EXPRESSIONS.get(type(spec))
+    if emitter is None:
         return f"{w.ref(closure)}(scope)"
-    kind = spec[0]
-    if kind == "const":
-        return w.ref(spec[1]) if not isinstance(spec[1], (bool, type(None))) else repr(spec[1])
-    if kind == "local" or kind == "name":
-        forwarded = w.forwarded.get(spec[1])
-        if forwarded is not None:
-            return forwarded
-    if kind == "local":
-        return w.local(spec[1])[0]
-    if kind == "name":
-        # a name of an enclosing scope: this scope and its parent probed inline (loop
-        # bodies read the template's variables there), the closure's walk beyond
-        value, found = _probe_name(w, spec[1])
-        return f"({value} if {found} else {w.ref(closure)}({w.unsynced_scope(spec[1])}))"
-    if kind == "lookup":
-        # obj = <operand>; a dict hit is the value, then (for `obj.name`) a namespace holding
-        # the name, anything else the closure's slow path
-        _, operand, key, slow = spec
-        k = w.ref(key)
-        operand_spec = getattr(operand, "spec", None)
-        if operand_spec is not None and operand_spec[0] == "local" and \
-                w.hoists(operand_spec[1]):
-            obj, is_dict = w.local(operand_spec[1])
-            return w.dict_read(obj, is_dict, key, _slow_read(w, obj, key, slow, is_dict))
+    return emitter(w, closure, spec)
+
+
+def _const(w: _Writer, closure: Any, spec: Const) -> str:
+    value = spec.value
+    return w.ref(value) if not isinstance(value, (bool, type(None))) else repr(value)
+
+
+def _local(w: _Writer, closure: Any, spec: Local) -> str:
+    forwarded = w.forwarded.get(spec.name)
+    return forwarded if forwarded is not None else w.local(spec.name)[0]
+
+
+def _name(w: _Writer, closure: Any, spec: Name) -> str:
+    forwarded = w.forwarded.get(spec.name)
+    if forwarded is not None:
+        return forwarded
+    # a name of an enclosing scope: this scope and its parent probed inline (loop bodies
+    # read the template's variables there), the closure's walk beyond
+    value, found = _probe_name(w, spec.name)
+    return f"({value} if {found} else {w.ref(closure)}({w.unsynced_scope(spec.name)}))"
+
+
+def _hoisted_local(w: _Writer, operand: Any) -> Optional[str]:
+    """The variable ``operand`` reads when it is a local this body reads once, else None."""
+    spec = spec_of(operand)
+    if isinstance(spec, Local) and w.hoists(spec.name):
+        return spec.name
+    return None
+
+
+def _lookup(w: _Writer, closure: Any, spec: Lookup) -> str:
+    # obj = <operand>; a dict hit is the value, then (for `obj.name`) a namespace holding
+    # the name, anything else the closure's slow path
+    key, slow = spec.key, spec.slow
+    k = w.ref(key)
+    variable = _hoisted_local(w, spec.operand)
+    if variable is not None:
+        obj, is_dict = w.local(variable)
+        return w.dict_read(obj, is_dict, key, _slow_read(w, obj, key, slow, is_dict))
+    obj = w.temporary()
+    return (f"({obj}[{k}] if type({obj} := {_expr(w, spec.operand)}) is dict and {k} in {obj} "
+            f"else {_slow_read(w, obj, key, slow, f'type({obj}) is dict')})")
+
+
+def _index(w: _Writer, closure: Any, spec: Index) -> str:
+    # `messages[-1]`: a list holding that index is read directly (as the closure reads
+    # it, free), a dict holding that key too, charged what looking an int up may cost
+    # (collisions.lookup_steps, as the closure charges); anything else is the slow path
+    key = spec.key
+    obj, steps = w.temporary(), w.temporary()
+    within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
+    return (f"({obj}[{key}] if (type({obj} := {_expr(w, spec.operand)}) is list and {within}) "
+            f"or (type({obj}) is dict and (({steps} := {w.ref(lookup_steps)}({key}, {obj})) "
+            f"== 0 or {w.charge(spec.charge, steps)}) and {key} in {obj}) "
+            f"else {w.ref(spec.slow)}({obj}, scope))")
+
+
+def _subscript(w: _Writer, closure: Any, spec: Subscript) -> str:
+    # `messages[idx]`: a list's int index within it, or a dict's str key it holds, read
+    # directly (as the closure reads them, free); anything else is the closure's path
+    obj, k, obj_type, key_type = (w.temporary() for _ in range(4))
+    return (f"({obj}[{k}] if (((({obj_type} := type({obj} := {_expr(w, spec.operand)})) is "
+            f"list) & (({key_type} := type({k} := {_expr(w, spec.key)})) is int)) and "
+            f"-len({obj}) <= {k} < len({obj})) or ({obj_type} is dict and {key_type} is str "
+            f"and {k} in {obj}) else {w.ref(spec.item_of)}({obj}, {k}, scope))")
+
+
+def _loaded_variable(loader: Any) -> str:
+    """The name a closure with a :class:`Local` spec reads."""
+    spec = spec_of(loader)
+    assert isinstance(spec, Local)
+    return spec.name
+
+
+def _direct_attribute(w: _Writer, closure: Any, spec: DirectAttribute) -> str:
+    # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
+    name = spec.name
+    variable = _loaded_variable(spec.loader)
+    if w.loop_parameter and variable == "loop":
+        return f"loop.{name}"
+    if w.hoists(variable):
+        obj, _ = w.local(variable)
+        read = obj
+    else:
         obj = w.temporary()
-        return (f"({obj}[{k}] if type({obj} := {_expr(w, operand)}) is dict and {k} in {obj} "
-                f"else {_slow_read(w, obj, key, slow, f'type({obj}) is dict')})")
-    if kind == "index":
-        # `messages[-1]`: a list holding that index is read directly (as the closure reads
-        # it, free), a dict holding that key too, charged what looking an int up may cost
-        # (collisions.lookup_steps, as the closure charges); anything else is the slow path
-        _, operand, key, slow, charge = spec
-        obj, steps = w.temporary(), w.temporary()
-        within = f"len({obj}) > {key}" if key >= 0 else f"len({obj}) >= {-key}"
-        return (f"({obj}[{key}] if (type({obj} := {_expr(w, operand)}) is list and {within}) "
-                f"or (type({obj}) is dict and (({steps} := {w.ref(lookup_steps)}({key}, {obj})) "
-                f"== 0 or {w.charge(charge, steps)}) and {key} in {obj}) "
-                f"else {w.ref(slow)}({obj}, scope))")
-    if kind == "subscript":
-        # `messages[idx]`: a list's int index within it, or a dict's str key it holds, read
-        # directly (as the closure reads them, free); anything else is the closure's path
-        _, operand, key, item_of = spec
-        obj, k, obj_type, key_type = (w.temporary() for _ in range(4))
-        return (f"({obj}[{k}] if (((({obj_type} := type({obj} := {_expr(w, operand)})) is list)"
-                f" & (({key_type} := type({k} := {_expr(w, key)})) is int)) and "
-                f"-len({obj}) <= {k} < len({obj})) or ({obj_type} is dict and {key_type} is str "
-                f"and {k} in {obj}) else {w.ref(item_of)}({obj}, {k}, scope))")
-    if kind == "direct_attribute":
-        # `loop.index0`: the sandbox's direct answer for that exact type (DIRECT_ATTRIBUTES)
-        _, loader, name, direct_type, other = spec
-        variable = loader.spec[1]
-        if w.loop_parameter and variable == "loop":
-            return f"loop.{name}"
-        if w.hoists(variable):
-            obj, _ = w.local(variable)
-            read = obj
+        read = f"({obj} := {w.local(variable)[0]})"
+    return (f"({obj}.{name} if type({read}) is {w.ref(spec.direct_type)} else "
+            f"{w.ref(spec.other)}({obj}, scope))")
+
+
+def _int_binary(w: _Writer, closure: Any, spec: Union[IntOp, IntCompare]) -> str:
+    return _int_operation(w, spec)
+
+
+def _call(w: _Writer, closure: Any, spec: Call) -> str:
+    # callee, then the arguments left to right, then the sandbox's call (closure's own)
+    arguments = spec.arguments
+    args = ", ".join(_expr(w, argument) for argument in arguments.positional)
+    kwargs = ", ".join(f"{name!r}: {_expr(w, value)}" for name, value in arguments.keywords)
+    return f"{w.ref(spec.invoke)}({_expr(w, spec.callee)}, [{args}], {{{kwargs}}})"
+
+
+def _constant_str(closure: Any) -> Optional[str]:
+    """The str constant ``closure`` gives, or None."""
+    spec = spec_of(closure)
+    if isinstance(spec, Const) and type(spec.value) is str:
+        return spec.value
+    return None
+
+
+def _dict_get(w: _Writer, closure: Any, spec: DictGet) -> str:
+    # `owner.get(key[, default])`: the operands in order, then an exact dict's get() with
+    # a str key, charged the result's size as the closure does (dict_get, which takes
+    # everything else)
+    obj, result, cost = (w.temporary() for _ in range(3))
+    operands = [f"({obj} := {_expr(w, spec.owner)})"]
+    constant_key = _constant_str(spec.key)
+    if constant_key is not None:
+        k, is_str = repr(constant_key), ""  # the usual `.get('content')`
+    else:
+        k = w.temporary()
+        operands.append(f"({k} := {_expr(w, spec.key)})")
+        is_str = f"type({k}) is str and "
+    default_value = "None"
+    if spec.default is not None:
+        default_value = w.temporary()
+        operands.append(f"({default_value} := {_expr(w, spec.default)})")
+    return (f"({result} if ({', '.join(operands)},) and type({obj}) is dict and "
+            f"{is_str}(({result} := {obj}.get({k}, {default_value})) is None "
+            f"or (type({result}) is str and (({cost} := len({result}) >> {CHARS_SHIFT}) == 0 "
+            f"or {w.charge(spec.charge, cost)}))) "
+            f"else {w.ref(spec.dict_get)}(scope, {obj}, {k}, {default_value}))")
+
+
+def _str_method(w: _Writer, closure: Any, spec: StrMethod) -> str:
+    # an exact str's own method with constant str arguments: the owner's size times the
+    # method's weight, plus a new result's size, charged together (method_call's
+    # call_on charges the same); any other owner goes to call_on
+    obj, result, cost = (w.temporary() for _ in range(3))
+    evaluated = [f"type({obj} := {_expr(w, spec.owner)}) is str"]
+    arguments = []
+    for argument in spec.arguments:
+        if _known_type(w, argument) is str:  # a constant
+            arguments.append(repr(_constant_str(argument)))
+            continue
+        value = w.temporary()  # evaluated after the owner whatever its type, as call_on
+        evaluated[0] = f"({evaluated[0]}) & (type({value} := {_expr(w, argument)}) is str)"
+        arguments.append(value)
+    listed = ", ".join(arguments)
+    fallback_arguments = "".join(f", {argument}" for argument in arguments)
+    weight = spec.weight
+    owner_cost = f"(len({obj}) >> {CHARS_SHIFT}) * {int(weight)} + " if weight else ""
+    return (f"({result} if {' and '.join(evaluated)} and "
+            f"(({cost} := {owner_cost}(0 if ({result} := {obj}.{spec.name}({listed})) is {obj} "
+            f"else len({result}) >> {CHARS_SHIFT} if type({result}) is str else 0)) == 0 "
+            f"or {w.charge(spec.charge, cost)}) else "
+            f"{w.ref(spec.on_other)}(scope, {obj}{fallback_arguments}))")
+
+
+def _cond(w: _Writer, closure: Any, spec: Cond) -> str:
+    # `a if test else b`: the test as an `if` tests it, then one side
+    return (f"({_expr(w, spec.chosen)} if {_condition(w, spec.test, spec.test_node)} "
+            f"else {_expr(w, spec.other)})")
+
+
+def _concat_expression(w: _Writer, closure: Any, spec: Concat) -> str:
+    return _concat(w, spec)
+
+
+def _add_expression(w: _Writer, closure: Any, spec: Add) -> str:
+    return _add_chain(w, closure, spec)
+
+
+def _test(w: _Writer, closure: Any, spec: Test) -> str:
+    operand, function, negated = spec.operand, spec.function, spec.negated
+    if function not in TYPE_TESTS:
+        return f"{w.ref(closure)}(scope)"
+    operand_spec = spec_of(operand)
+    asks_defined = function is is_defined or function is is_undefined
+    if asks_defined and isinstance(operand_spec, Name):
+        # `tools is defined`: a name missing everywhere is not defined, without making
+        # the Undefined that reading it gives (templates ask this of optional variables)
+        value, found = _probe_name(w, operand_spec.name)
+        rest = w.temporary()
+        defined = (f"(not isinstance({value}, _Undefined) if {found} else "
+                   f"(not isinstance({rest}, _Undefined) if ({rest} := "
+                   f"{w.ref(operand_spec.beyond)}({w.unsynced_scope(operand_spec.name)})) "
+                   f"is not _M else False))")
+        return defined if (function is is_defined) != negated else f"(not {defined})"
+    if asks_defined and isinstance(operand_spec, Lookup):
+        _optional_key(w, operand_spec)
+        key_defined = _key_defined(w, operand_spec)
+        if key_defined is not None:
+            return key_defined if (function is is_defined) != negated else \
+                f"(not {key_defined})"
+    written = _INLINE_TESTS.get(function)
+    if written is None:
+        call = f"{w.ref(function)}({_expr(w, operand)})"
+        return f"(not {call})" if negated else call
+    value = w.temporary()  # the test written out: the value named where first read
+    return "(" + written.format(f"({value} := {_expr(w, operand)})", value,
+                                "not " if negated else "") + ")"
+
+
+def _filter(w: _Writer, closure: Any, spec: Filter) -> str:
+    apply, inline = spec.apply, spec.inline
+    # (a filter given no arguments uses the scope for its ctx only: in a loop writing
+    # its variables lazily, they need not be written for it)
+    scope = w.unsynced_scope() if getattr(apply, "reads_no_variables", False) else "scope"
+    if inline is None:
+        return f"{w.ref(apply)}({scope}, {_expr(w, spec.operand)})"
+    value = w.temporary()
+    slow = f"{w.ref(apply)}({scope}, {value})"
+    if inline[0] == "len":  # `length` of an exact str, list, tuple or dict: free
+        return (f"(len({value}) if type({value} := {_expr(w, spec.operand)}) in _SIZED "
+                f"else {slow})")
+    if inline[0] == "same":  # `string` of a str: the str itself, free
+        return f"({value} if type({value} := {_expr(w, spec.operand)}) is str else {slow})"
+    # a str method: the str read and, when new, the result built, charged together;
+    # none's text is 'None' (`message.content | trim` of a message making tool calls):
+    # the method's result on it, a constant too short to charge
+    _, method, charge = inline
+    result, steps = w.temporary(), w.temporary()
+    of_none = getattr(str(None), method)()
+    return (f"({result} if type({value} := {_expr(w, spec.operand)}) is str and "
+            f"(({steps} := (len({value}) >> {CHARS_SHIFT}) + (0 if ({result} := "
+            f"{value}.{method}()) is {value} else len({result}) >> {CHARS_SHIFT})) == 0 or "
+            f"{w.charge(charge, steps)}) else {of_none!r} if {value} is None else {slow})")
+
+
+def _eq_str(w: _Writer, closure: Any, spec: EqStr) -> str:
+    return f"({_expr(w, spec.operand)} {'!=' if spec.negate else '=='} {w.ref(spec.constant)})"
+
+
+def _contains(w: _Writer, closure: Any, spec: Contains) -> str:
+    left, right, check, members = spec.left, spec.right, spec.check, spec.members
+    if isinstance(spec_of(left), Const):
+        # `'tool_calls' in message`: a dict answers at once (nothing to charge); the
+        # order of evaluation cannot matter with a constant on the left
+        key = _expr(w, left)
+        variable = _hoisted_local(w, right)
+        if variable is not None:
+            obj, is_dict = w.local(variable)
+            w.optional_keys.add((obj, key))
         else:
             obj = w.temporary()
-            read = f"({obj} := {w.local(variable)[0]})"
-        return (f"({obj}.{name} if type({read}) is {w.ref(direct_type)} else "
-                f"{w.ref(other)}({obj}, scope))")
-    if kind == "int_op" or kind == "int_compare":
-        return _int_operation(w, spec)
-    if kind == "add":
-        return _add_chain(w, closure, spec)
-    if kind == "call":
-        # callee, then the arguments left to right, then the sandbox's call (closure's own)
-        _, callee, (_, positional, keywords), invoke = spec
-        args = ", ".join(_expr(w, argument) for argument in positional)
-        kwargs = ", ".join(f"{name!r}: {_expr(w, value)}" for name, value in keywords)
-        return f"{w.ref(invoke)}({_expr(w, callee)}, [{args}], {{{kwargs}}})"
-    if kind == "dict_get":
-        # `owner.get(key[, default])`: the operands in order, then an exact dict's get() with
-        # a str key, charged the result's size as the closure does (dict_get, which takes
-        # everything else)
-        _, owner, key, default, dict_get, charge = spec
-        obj, result, cost = (w.temporary() for _ in range(3))
-        operands = [f"({obj} := {_expr(w, owner)})"]
-        key_spec = getattr(key, "spec", None)
-        if key_spec is not None and key_spec[0] == "const" and type(key_spec[1]) is str:
-            k, is_str = repr(key_spec[1]), ""  # the usual `.get('content')`
-        else:
-            k = w.temporary()
-            operands.append(f"({k} := {_expr(w, key)})")
-            is_str = f"type({k}) is str and "
-        default_value = "None"
-        if default is not None:
-            default_value = w.temporary()
-            operands.append(f"({default_value} := {_expr(w, default)})")
-        return (f"({result} if ({', '.join(operands)},) and type({obj}) is dict and "
-                f"{is_str}(({result} := {obj}.get({k}, {default_value})) is None "
-                f"or (type({result}) is str and (({cost} := len({result}) >> {CHARS_SHIFT}) == 0 "
-                f"or {w.charge(charge, cost)}))) "
-                f"else {w.ref(dict_get)}(scope, {obj}, {k}, {default_value}))")
-    if kind == "str_method":
-        # an exact str's own method with constant str arguments: the owner's size times the
-        # method's weight, plus a new result's size, charged together (method_call's
-        # call_on charges the same); any other owner goes to call_on
-        _, owner, name, argument_closures, weight, on_other, charge = spec
-        obj, result, cost = (w.temporary() for _ in range(3))
-        evaluated = [f"type({obj} := {_expr(w, owner)}) is str"]
-        arguments = []
-        for argument in argument_closures:
-            if _known_type(w, argument) is str:  # a constant
-                arguments.append(repr(argument.spec[1]))
-                continue
-            value = w.temporary()  # evaluated after the owner whatever its type, as call_on
-            evaluated[0] = f"({evaluated[0]}) & (type({value} := {_expr(w, argument)}) is str)"
-            arguments.append(value)
-        listed = ", ".join(arguments)
-        fallback_arguments = "".join(f", {argument}" for argument in arguments)
-        owner_cost = f"(len({obj}) >> {CHARS_SHIFT}) * {int(weight)} + " if weight else ""
-        return (f"({result} if {' and '.join(evaluated)} and "
-                f"(({cost} := {owner_cost}(0 if ({result} := {obj}.{name}({listed})) is {obj} "
-                f"else len({result}) >> {CHARS_SHIFT} if type({result}) is str else 0)) == 0 "
-                f"or {w.charge(charge, cost)}) else "
-                f"{w.ref(on_other)}(scope, {obj}{fallback_arguments}))")
-    if kind == "cond":  # `a if test else b`: the test as an `if` tests it, then one side
-        _, test, test_node, chosen, other = spec
-        return f"({_expr(w, chosen)} if {_condition(w, test, test_node)} else {_expr(w, other)})"
-    if kind == "concat":
-        return _concat(w, spec)
-    if kind == "test":
-        _, operand, function, negated = spec
-        if function not in TYPE_TESTS:
-            return f"{w.ref(closure)}(scope)"
-        operand_spec = getattr(operand, "spec", None)
-        if (function is is_defined or function is is_undefined) and operand_spec is not None \
-                and operand_spec[0] == "name":
-            # `tools is defined`: a name missing everywhere is not defined, without making
-            # the Undefined that reading it gives (templates ask this of optional variables)
-            value, found = _probe_name(w, operand_spec[1])
-            rest = w.temporary()
-            defined = (f"(not isinstance({value}, _Undefined) if {found} else "
-                       f"(not isinstance({rest}, _Undefined) if ({rest} := "
-                       f"{w.ref(operand_spec[2])}({w.unsynced_scope(operand_spec[1])})) "
-                       f"is not _M else False))")
-            return defined if (function is is_defined) != negated else f"(not {defined})"
-        if (function is is_defined or function is is_undefined) and operand_spec is not None \
-                and operand_spec[0] == "lookup":
-            _optional_key(w, operand_spec)
-            defined = _key_defined(w, operand_spec)
-            if defined is not None:
-                return defined if (function is is_defined) != negated else f"(not {defined})"
-        written = _INLINE_TESTS.get(function)
-        if written is None:
-            call = f"{w.ref(function)}({_expr(w, operand)})"
-            return f"(not {call})" if negated else call
-        value = w.temporary()  # the test written out: the value named where first read
-        return "(" + written.format(f"({value} := {_expr(w, operand)})", value,
-                                    "not " if negated else "") + ")"
-    if kind == "filter":
-        _, operand, apply, inline = spec
-        # (a filter given no arguments uses the scope for its ctx only: in a loop writing
-        # its variables lazily, they need not be written for it)
-        scope = w.unsynced_scope() if getattr(apply, "reads_no_variables", False) else "scope"
-        if inline is None:
-            return f"{w.ref(apply)}({scope}, {_expr(w, operand)})"
+            is_dict = f"type({obj} := {_expr(w, right)}) is dict"
+        found = f"({key} in {obj} if {is_dict} else {w.ref(check)}({key}, {obj}, scope))"
+    elif members is not None:
+        # `role in ('tool', 'ipython')`: a str among strs compares without user code;
+        # scanning the literal is charged as check_contains charges it (anything else
+        # goes there: the literal built as the closure builds it)
         value = w.temporary()
-        slow = f"{w.ref(apply)}({scope}, {value})"
-        if inline[0] == "len":  # `length` of an exact str, list, tuple or dict: free
-            return f"(len({value}) if type({value} := {_expr(w, operand)}) in _SIZED else {slow})"
-        if inline[0] == "same":  # `string` of a str: the str itself, free
-            return f"({value} if type({value} := {_expr(w, operand)}) is str else {slow})"
-        # a str method: the str read and, when new, the result built, charged together;
-        # none's text is 'None' (`message.content | trim` of a message making tool calls):
-        # the method's result on it, a constant too short to charge
-        _, method, charge = inline
-        result, steps = w.temporary(), w.temporary()
-        of_none = getattr(str(None), method)()
-        return (f"({result} if type({value} := {_expr(w, operand)}) is str and "
-                f"(({steps} := (len({value}) >> {CHARS_SHIFT}) + (0 if ({result} := "
-                f"{value}.{method}()) is {value} else len({result}) >> {CHARS_SHIFT})) == 0 or "
-                f"{w.charge(charge, steps)}) else {of_none!r} if {value} is None else {slow})")
-    if kind == "eq_str":
-        _, operand, constant, negate = spec
-        return f"({_expr(w, operand)} {'!=' if negate else '=='} {w.ref(constant)})"
-    if kind == "contains":
-        _, left, right, negate, check, members, charger = spec
-        left_spec = getattr(left, "spec", None)
-        if left_spec is not None and left_spec[0] == "const":
-            # `'tool_calls' in message`: a dict answers at once (nothing to charge); the
-            # order of evaluation cannot matter with a constant on the left
-            key = _expr(w, left)
-            right_spec = getattr(right, "spec", None)
-            if right_spec is not None and right_spec[0] == "local" and \
-                    w.hoists(right_spec[1]):
-                obj, is_dict = w.local(right_spec[1])
-                w.optional_keys.add((obj, key))
-            else:
-                obj = w.temporary()
-                is_dict = f"type({obj} := {_expr(w, right)}) is dict"
-            found = f"({key} in {obj} if {is_dict} else {w.ref(check)}({key}, {obj}, scope))"
-        elif members is not None:
-            # `role in ('tool', 'ipython')`: a str among strs compares without user code;
-            # scanning the literal is charged as check_contains charges it (anything else
-            # goes there: the literal built as the closure builds it)
-            value = w.temporary()
-            steps = len(members) >> ITEMS_SHIFT
-            charged = f" and {w.charge(charger, str(steps))}" if steps else ""
-            found = (f"({value} in {w.ref(members)} if type({value} := {_expr(w, left)}) is str"
-                     f"{charged} else {w.ref(check)}({value}, {_expr(w, right)}, scope))")
-        else:
-            # `field in param`: a str key in a dict is looked up at once (nothing to charge,
-            # no user code); both sides evaluated, left first, before either is tested
-            key, obj = w.temporary(), w.temporary()
-            found = (f"({key} in {obj} if (type({key} := {_expr(w, left)}) is str) & "
-                     f"(type({obj} := {_expr(w, right)}) is dict) else "
-                     f"{w.ref(check)}({key}, {obj}, scope))")
-        return f"(not {found})" if negate else found
-    if kind in ("and", "or"):
-        _, left, right, node = spec
-        value = w.temporary()
-        truth = (f"({value} := {_expr(w, left)}) is True or ({value} is not False and "
-                 f"{_known_falsy_excluded(value)}_truthy({value}, {w.ref(node)}))")
-        if kind == "or":
-            return f"({value} if {truth} else {_expr(w, right)})"
-        return f"({_expr(w, right)} if {truth} else {value})"
-    if kind == "not":
-        return f"(not {_expr(w, spec[1])})"
-    if kind == "truth":
-        _, operand, node = spec
-        value = w.temporary()
-        return (f"({value} if ({value} := {_expr(w, operand)}) is True or {value} is False "
-                f"else {_known_falsy_excluded(value)}"
-                f"_truthy({value}, {w.ref(node)}))")
-    return f"{w.ref(closure)}(scope)"
+        steps = len(members) >> ITEMS_SHIFT
+        charged = f" and {w.charge(spec.charge, str(steps))}" if steps else ""
+        found = (f"({value} in {w.ref(members)} if type({value} := {_expr(w, left)}) is str"
+                 f"{charged} else {w.ref(check)}({value}, {_expr(w, right)}, scope))")
+    else:
+        # `field in param`: a str key in a dict is looked up at once (nothing to charge,
+        # no user code); both sides evaluated, left first, before either is tested
+        key, obj = w.temporary(), w.temporary()
+        found = (f"({key} in {obj} if (type({key} := {_expr(w, left)}) is str) & "
+                 f"(type({obj} := {_expr(w, right)}) is dict) else "
+                 f"{w.ref(check)}({key}, {obj}, scope))")
+    return f"(not {found})" if spec.negate else found
+
+
+def _left_truth(w: _Writer, value: str, spec: Union[And, Or]) -> str:
+    """The truth of ``and``/``or``'s left operand, stored in ``value``."""
+    return (f"({value} := {_expr(w, spec.left)}) is True or ({value} is not False and "
+            f"{_known_falsy_excluded(value)}_truthy({value}, {w.ref(spec.node)}))")
+
+
+def _and(w: _Writer, closure: Any, spec: And) -> str:
+    value = w.temporary()
+    truth = _left_truth(w, value, spec)  # (the left operand's code is written first)
+    return f"({_expr(w, spec.right)} if {truth} else {value})"
+
+
+def _or(w: _Writer, closure: Any, spec: Or) -> str:
+    value = w.temporary()
+    truth = _left_truth(w, value, spec)
+    return f"({value} if {truth} else {_expr(w, spec.right)})"
+
+
+def _not(w: _Writer, closure: Any, spec: Not) -> str:
+    return f"(not {_expr(w, spec.operand)})"
+
+
+def _truth(w: _Writer, closure: Any, spec: Truth) -> str:
+    value = w.temporary()
+    return (f"({value} if ({value} := {_expr(w, spec.operand)}) is True or {value} is False "
+            f"else {_known_falsy_excluded(value)}"
+            f"_truthy({value}, {w.ref(spec.node)}))")
+
+
+#: The emitter of each kind of expression spec: ``emitter(writer, closure, spec)`` gives
+#: Python code with the value of ``closure(scope)``.
+_EXPRESSIONS: Dict[type, Callable[[_Writer, Any, Any], str]] = {
+    Const: _const, Local: _local, Name: _name, Lookup: _lookup, Index: _index,
+    Subscript: _subscript, DirectAttribute: _direct_attribute, IntOp: _int_binary,
+    IntCompare: _int_binary, Add: _add_expression, Call: _call, DictGet: _dict_get,
+    StrMethod: _str_method, Cond: _cond, Concat: _concat_expression, Test: _test,
+    Filter: _filter, EqStr: _eq_str, Contains: _contains, And: _and, Or: _or, Not: _not,
+    Truth: _truth,
+}
 
 
 #: Sums with more operands than this that are not constants stay a closure call (each one
@@ -781,20 +869,20 @@ def _expr(w: _Writer, closure: Any) -> str:
 MAX_SUM_OPERANDS = 12
 
 
-def _key_defined(w: _Writer, lookup_spec: tuple) -> Optional[str]:
+def _key_defined(w: _Writer, lookup: Lookup) -> Optional[str]:
     """``message.reasoning_content is defined`` (or ``message['name']``) as a bool: a dict
     answers by holding the key, one without it charged what the sandbox's path charges for
     the Undefined it would make (which nothing else sees: as for a missing name, it is not
     made); anything else reads the value as the lookup does. None for a key the sandbox
     may answer otherwise for a dict (a method's name, a private one)."""
-    _, operand, key, slow = lookup_spec
+    operand, key, slow = lookup.operand, lookup.key, lookup.slow
     if type(key) is not str or not dict_item_only(key):
         return None
     k = w.ref(key)
     w.names["_missing_key"] = _missing_key
-    operand_spec = getattr(operand, "spec", None)
-    if operand_spec is not None and operand_spec[0] == "local" and w.hoists(operand_spec[1]):
-        obj, is_dict = w.local(operand_spec[1])
+    variable = _hoisted_local(w, operand)
+    if variable is not None:
+        obj, is_dict = w.local(variable)
     else:
         obj = w.temporary()
         is_dict = f"type({obj} := {_expr(w, operand)}) is dict"
@@ -808,12 +896,11 @@ def _missing_key(ctx: Any) -> bool:
     return False
 
 
-def _optional_key(w: _Writer, lookup_spec: tuple) -> None:
+def _optional_key(w: _Writer, lookup: Lookup) -> None:
     """``message.name is defined``: the key (of a hoisted item) is one items may lack."""
-    _, operand, key, _ = lookup_spec
-    operand_spec = getattr(operand, "spec", None)
-    if operand_spec is not None and operand_spec[0] == "local" and w.hoists(operand_spec[1]):
-        w.optional_keys.add((w.local(operand_spec[1])[0], w.ref(key)))
+    variable = _hoisted_local(w, lookup.operand)
+    if variable is not None:
+        w.optional_keys.add((w.local(variable)[0], w.ref(lookup.key)))
 
 
 def _slow_read(w: _Writer, obj: str, key: str, slow: Any, is_dict: Optional[str] = None
@@ -837,13 +924,13 @@ def _slow_read(w: _Writer, obj: str, key: str, slow: Any, is_dict: Optional[str]
     return fallback
 
 
-def _add_chain(w: _Writer, closure: Any, spec: tuple) -> str:
+def _add_chain(w: _Writer, closure: Any, spec: Add) -> str:
     """``a + b + c``: each operand is evaluated in turn and, while all are str, the sum is
     Python's own concatenation; the first operand that is not a str hands the values so far
     to the closure's ``add_evaluated`` (Python's `+` link by link, with its limits). The
     strings built are charged as ``add_slowly`` charges them: every intermediate sum's
     length, ``len(a + b) + len(a + b + c) + ...``."""
-    _, operands, add_evaluated, charge_built = spec
+    operands, add_evaluated, charge_built = spec.operands, spec.add_evaluated, spec.charge_built
     count = len(operands)
     if count == 2:  # `ns.count + 1` too: two ints or two strs
         return _add_two(w, operands, add_evaluated, charge_built)
@@ -898,7 +985,7 @@ def _concat_parts(w: _Writer, parts: list, text_of: Any) -> List[Tuple[bool, str
     made: List[Tuple[bool, str]] = []
     for part in parts:
         if _known_type(w, part) is str:  # a constant: its length is known too
-            made.append((True, part.spec[1]))
+            made.append((True, _constant_str(part)))
             continue
         value = w.temporary()
         made.append((False, f"({value} if type({value} := {_expr(w, part)}) is str else "
@@ -915,10 +1002,11 @@ def _join_charged(w: _Writer, total: str, charge: Any, charge_joined: Any) -> st
             f"{w.ref(charge_joined)}(scope, {total})")
 
 
-def _concat(w: _Writer, spec: tuple) -> str:
+def _concat(w: _Writer, spec: Concat) -> str:
     """``a ~ b ~ c``: each part evaluated and made text in turn, the total length charged (and
     size-checked) before the string is built, as the closure does."""
-    _, parts, text_of, charge_joined, charge = spec
+    parts, text_of, charge_joined, charge = (spec.parts, spec.text_of, spec.charge_joined,
+                                             spec.charge)
     pieces: List[Tuple[bool, str]] = []  # (a literal, code)
     constant_length = 0
     lengths = []
@@ -935,11 +1023,13 @@ def _concat(w: _Writer, spec: tuple) -> str:
             f"< _CHARGED_FROM or {_join_charged(w, total, charge, charge_joined)} else '')")
 
 
-def _concat_pieces(w: _Writer, spec: tuple, depth: int) -> Tuple[str, List[Tuple[bool, str]]]:
+def _concat_pieces(w: _Writer, spec: Concat, depth: int
+                   ) -> Tuple[str, List[Tuple[bool, str]]]:
     """``{{ a ~ b ~ c }}``: the parts made text and charged as _concat does, as lines, then
     put in the output as they are (the print's pieces), never joined into a string first
     (a copy of each message's text). Returns (the name of their total length, the pieces)."""
-    _, parts, text_of, charge_joined, charge = spec
+    parts, text_of, charge_joined, charge = (spec.parts, spec.text_of, spec.charge_joined,
+                                             spec.charge)
     pieces: List[Tuple[bool, str]] = []
     constant_length = 0
     lengths = []
@@ -1031,34 +1121,29 @@ def _known_type(w: _Writer, closure: Any) -> Any:
     """The type of every value ``closure`` can give, when the code says it: a constant's, a
     number attribute of the generated loop's own ``loop``, a comparison of such values,
     ``in``, ``not`` and the type tests (a bool); else None."""
-    spec = getattr(closure, "spec", None)
-    if spec is None:
-        return None
-    kind = spec[0]
-    if kind == "const":
-        return type(spec[1])
-    if kind == "direct_attribute":
-        _, loader, name, _, _ = spec
-        if w.loop_parameter and loader.spec[1] == "loop":
+    spec = spec_of(closure)
+    if isinstance(spec, Const):
+        return type(spec.value)
+    if isinstance(spec, DirectAttribute):
+        name = spec.name
+        if w.loop_parameter and _loaded_variable(spec.loader) == "loop":
             return int if name in _LOOP_INTS else bool if name in _LOOP_BOOLS else None
         return None
-    if kind == "int_compare":
-        _, left, right, python_op, _ = spec
-        free = _EQUATABLE if python_op in ("==", "!=") else _ORDERABLE
-        if _known_type(w, left) in free and _known_type(w, right) in free:
+    if isinstance(spec, IntCompare):
+        free = _EQUATABLE if spec.op in ("==", "!=") else _ORDERABLE
+        if _known_type(w, spec.left) in free and _known_type(w, spec.right) in free:
             return bool
-    if kind == "contains" or kind == "not":  # Python's `in` and `not` give a bool
+    if isinstance(spec, (Contains, Not)):  # Python's `in` and `not` give a bool
         return bool
-    if kind == "test" and spec[2] in TYPE_TESTS:  # `is defined`, `is string`...: a bool
+    if isinstance(spec, Test) and spec.function in TYPE_TESTS:  # `is defined`...: a bool
         return bool
-    if kind == "int_op":  # two ints make an int, or an error (a zero divisor, a huge result)
-        _, left, right, _, _ = spec
-        if _known_type(w, left) is int and _known_type(w, right) is int:
+    if isinstance(spec, IntOp):  # two ints make an int, or an error (a zero divisor...)
+        if _known_type(w, spec.left) is int and _known_type(w, spec.right) is int:
             return int
     return None
 
 
-def _int_operation(w: _Writer, spec: tuple, truth_of: Any = None) -> str:
+def _int_operation(w: _Writer, spec: Union[IntOp, IntCompare], truth_of: Any = None) -> str:
     """``a - b``, ``a % b``, ``a < b``...: both operands are evaluated (left first), and two
     ints are combined inline; anything else goes to the closure's own ``apply(a, b, scope)``
     (limits, pricing, errors). An arithmetic result is range-checked as arith.apply checks it
@@ -1066,7 +1151,7 @@ def _int_operation(w: _Writer, spec: tuple, truth_of: Any = None) -> str:
     always takes the slow path, which raises the located error. With ``truth_of`` (a
     comparison that is an ``if``'s condition, that node), the truth of the comparison: the
     inline one is a bool, the closure's result is tested as _condition tests a value."""
-    kind, left, right, python_op, apply = spec
+    left, right, python_op, apply = spec.left, spec.right, spec.op, spec.apply
     if python_op not in _INLINE_OPERATORS:  # pragma: no cover - the compiler attaches specs
         raise ValueError(python_op)  # for these only
     a, b = w.temporary(), w.temporary()
@@ -1076,7 +1161,7 @@ def _int_operation(w: _Writer, spec: tuple, truth_of: Any = None) -> str:
         return call if truth_of is None else f"_truthy({call}, {w.ref(truth_of)})"
 
     slow = slow_path(b)
-    if kind == "int_compare":
+    if isinstance(spec, IntCompare):
         # numbers, booleans (and None for equality) compare free of charge and never raise
         equality = python_op in ("==", "!=")
         free = "_EQUATABLE" if equality else "_ORDERABLE"
@@ -1085,8 +1170,7 @@ def _int_operation(w: _Writer, spec: tuple, truth_of: Any = None) -> str:
         right_known = _known_type(w, right) in free_types
         if left_known and right_known:  # `loop.index0 == 0`: both types are known
             return f"({_expr(w, left)} {python_op} {_expr(w, right)})"
-        right_spec = getattr(right, "spec", None)
-        if right_known and right_spec[0] == "const":
+        if right_known and isinstance(spec_of(right), Const):
             # `m.n == 0`: the constant's type is known
             b = _expr(w, right)
             return (f"({a} {python_op} {b} if type({a} := {_expr(w, left)}) in {free} "
@@ -1096,9 +1180,9 @@ def _int_operation(w: _Writer, spec: tuple, truth_of: Any = None) -> str:
         return f"({a} {python_op} {b} if {both_free} else {slow})"
     w.names["_BIG"] = 1 << 1000
     result = w.temporary()
-    right_spec = getattr(right, "spec", None)
-    if right_spec is not None and right_spec[0] == "const" and type(right_spec[1]) is int and \
-            right_spec[1] and abs(right_spec[1]) < 1 << 62:
+    right_spec = spec_of(right)
+    if isinstance(right_spec, Const) and type(right_spec.value) is int and \
+            right_spec.value and abs(right_spec.value) < 1 << 62:
         # `loop.index0 % 2`, `loop.index - 1`: a small nonzero int constant on the right; the
         # remainder of an int by it is smaller than it, no range check needed
         b = _expr(w, right)
@@ -1125,20 +1209,20 @@ def _condition(w: _Writer, closure: Any, node: Any) -> str:
     ``bool()`` happens where the closures would call it (``or``'s left operand at the ``or``,
     the value it returns where the ``if`` tests it).
     """
-    spec = getattr(closure, "spec", None)
-    kind = spec[0] if spec is not None else None
-    if kind == "or" or kind == "and":
-        _, left, right, own = spec
-        return (f"({_condition(w, left, own)} {kind} {_condition(w, right, node)})")
-    if kind == "not":
-        return f"(not {_condition(w, spec[1], node)})"
-    if kind == "truth":
-        return _condition(w, spec[1], spec[2])
-    if kind == "eq_str" or _known_type(w, closure) is bool:
+    spec = spec_of(closure)
+    if isinstance(spec, (And, Or)):
+        keyword = "or" if isinstance(spec, Or) else "and"
+        return (f"({_condition(w, spec.left, spec.node)} {keyword} "
+                f"{_condition(w, spec.right, node)})")
+    if isinstance(spec, Not):
+        return f"(not {_condition(w, spec.operand, node)})"
+    if isinstance(spec, Truth):
+        return _condition(w, spec.operand, spec.node)
+    if isinstance(spec, EqStr) or _known_type(w, closure) is bool:
         # `==` gives a bool for anything a template can hold (and `loop.first`, a comparison
         # of known numbers is one): Python's `if` tests it as is
         return _expr(w, closure)
-    if kind == "int_compare":
+    if isinstance(spec, IntCompare):
         # numbers compared inline give a bool; only what the closure's path gives is tested
         # (`(m.role == 'user') != (loop.index0 % 2 == 0)`: 41 of the corpus's templates)
         return _int_operation(w, spec, truth_of=node)
@@ -1158,171 +1242,198 @@ def _known_falsy_excluded(value: str) -> str:
 
 # -- statements -----------------------------------------------------------------------------
 def _statement(w: _Writer, closure: Any, depth: int) -> None:
-    spec = getattr(closure, "spec", None)
+    """Lines doing what ``closure(scope, out)`` does: its spec's emitter (see
+    :data:`_STATEMENTS`), or a call of the closure passing on its signal."""
+    spec = spec_of(closure)
     # Python allows 20 nested blocks; deeper statements stay calls
-    kind = spec[0] if spec is not None and depth < MAX_DEPTH else None
-    if kind == "body":
-        for statement in spec[1]:
-            _statement(w, statement, depth)
-        return
-    if kind == "text":
-        _text_output(w, depth, spec[1])
-        return
-    if kind == "break":
-        w.signal(depth, "'break'")
-        return
-    if kind == "continue":
-        w.signal(depth, "'continue'")
-        return
-    if kind == "print":
-        _, items, node = spec
-        w.mark(depth, "output", node)
-        w.defer_charges()
-        w.line(depth, "try:")
-        pieces = []
-        static = 0
-        sizes = []
-        for is_text, item in items:
-            if is_text:
-                pieces.append((True, item))
-                static += len(item)
-                continue
-            expression, expression_node = item
-            concat = getattr(expression, "spec", None)
-            if concat is not None and concat[0] == "concat":
-                total, parts = _concat_pieces(w, concat, depth + 1)
-                pieces += parts
-                sizes.append(total)
-                continue
-            value = w.temporary()
-            w.line(depth + 1, f"{value} = {_expr(w, expression)}")
-            w.line(depth + 1, f"if type({value}) is not str:")
-            # (an undefined value prints as nothing: a key a message lacks, printed)
-            w.line(depth + 2, f"{value} = str({value}) if type({value}) is int else '' if "
-                              f"type({value}) is _Undefined else "
-                              f"_text({value}, {w.ref(expression_node)})")
-            pieces.append((False, value))
-            sizes.append(f"len({value})")
-        # counted before the pieces are joined: the limit refuses what would not fit first
-        size = w.temporary()
-        w.line(depth + 1, f"{size} = {_sum_code(static, sizes)}")
-        w.line(depth + 1, f"ctx.output_size += {size}")
-        w.line(depth, "except Exception as exc:")
-        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
-        w.line(depth, "if ctx.output_size > max_output:")
-        w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
-        _emit(w, depth, pieces)
-        w.flush_charges(depth)
-        return
-    if kind == "sum_print":
-        w.defer_charges()
-        _sum_print(w, spec, depth)
-        w.flush_charges(depth)
-        return
-    if kind == "print_parts":
-        _print_parts(w, spec, depth)
-        return
-    if kind == "set":
-        _, name, value, node = spec
-        w.mark(depth, f"set {name}", node)
-        w.defer_charges()
-        w.line(depth, "try:")
-        expression = _expr(w, value)  # (before the name is forwarded: `set x = x + 1`)
-        stored = w.stored_locals.setdefault(name, f"_v{len(w.stored_locals)}")
-        if w.lazy_scope:
-            w.line(depth + 1, f"{stored} = {expression}")
-        else:
-            w.line(depth + 1, f"vars[{name!r}] = {stored} = {expression}")
-        w.line(depth, "except Exception as exc:")
-        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
-        if w.lazy_scope:
-            w.line(depth, "if _synced:")
-            w.line(depth + 1, f"_iteration_vars[{name!r}] = {stored}")
-        w.flush_charges(depth)
-        # until something may bind the name again, it holds what was stored: read from the
-        # local (only statements of this body bind names of its scope; what its expressions
-        # call runs in scopes of its own)
-        w.forwarded[name] = stored
-        return
-    if kind == "define":  # a macro: made for this scope (cannot fail)
-        _, name, make, node = spec
-        w.mark(depth, f"macro {name}", node)
-        signature, invoke = make.parts  # what make(scope) does, written out
-        w.names["_Macro"], w.names["_partial"] = Macro, partial
-        w.line(depth, f"vars[{name!r}] = _Macro({w.ref(signature)}, _partial({w.ref(invoke)}, "
-                      "scope))")
-        w.forwarded.pop(name, None)
-        return
-    if kind == "set_namespace":
-        # `set ns.flag = value`: the value, then the name's namespace; one of the engine's
-        # with a value that is no tuple takes the attribute (the lookup charged as the
-        # closure charges it); anything else goes to the closure's own assign_nsref
-        _, ns_name, attr, value, assign, lookup, node = spec
-        w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
-        assigned, namespace = w.temporary(), w.temporary()
-        name = repr(ns_name)
-        w.mark(depth, f"set {ns_name}.{attr}", node)
-        w.defer_charges()
-        w.line(depth, "try:")
-        w.line(depth + 1, f"{assigned} = {_expr(w, value)}")
-        w.flush_charges(depth + 1)  # before the lookup of the namespace charges its steps
-        # (read as a name is: a local when a `set` of this body stored it, once per body when
-        # nothing in it binds the name)
-        found_value, found = _probe_name(w, ns_name)
-        w.line(depth + 1, f"if type({namespace} := ({found_value} if {found} else "
-                          f"{w.ref(lookup)}({w.unsynced_scope(ns_name)}, {name}))) in "
-                          "_NAMESPACE_TYPES and "
-                          f"not isinstance({assigned}, tuple):")
-        w.line(depth + 2, f"ctx.steps += {SLOW_LOOKUP_STEPS}")
-        w.line(depth + 2, f"{namespace}._attrs[{attr!r}] = {assigned}")
-        w.line(depth + 1, "else:")
-        w.line(depth + 2, f"{w.ref(assign)}(scope, {assigned})")
-        w.line(depth, "except Exception as exc:")
-        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
-        return
-    if kind == "if":
-        _, branches, else_, node = spec
-        w.mark(depth, "if", node)
-        w.line(depth, "try:")
-        # the conditions' charges are left pending as a print statement's are (a call per
-        # `role in ('tool', 'ipython')` otherwise); whichever branch runs, or none, charges
-        # what the conditions evaluated so far left pending before anything else
-        pending = False
-        # every condition and branch starts from the names stored before the `if`; after
-        # it, a name is forwarded when every way through left it so (in its one local)
-        before = dict(w.forwarded)
-        ends = []
-        for index, (test, body, test_node) in enumerate(branches):
-            keyword = "if" if index == 0 else "elif"
-            w.forwarded = dict(before)
-            w.defer_charges()
-            w.line(depth + 1, f"{keyword} {_condition(w, test, test_node)}:")
-            w.line(depth + 2, "pass")
-            if w.flush_charges(depth + 2):
-                pending = True
-            elif pending:
-                w.charge_pending(depth + 2)
-            _statement(w, body, depth + 2)
-            ends.append(w.forwarded)
-        w.forwarded = dict(before)
-        if else_ is not None or pending:
-            w.line(depth + 1, "else:")
-            w.line(depth + 2, "pass")
-            if pending:
-                w.charge_pending(depth + 2)
-            if else_ is not None:
-                _statement(w, else_, depth + 2)
-        ends.append(w.forwarded)
-        w.forwarded = {name: stored for name, stored in ends[0].items()
-                       if all(end.get(name) == stored for end in ends)}
-        w.line(depth, "except Exception as exc:")
-        w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
+    emitter = _STATEMENTS.get(type(spec)) if depth < MAX_DEPTH else None
+    if emitter is not None:
+        emitter(w, closure, spec, depth)
         return
     signal = w.temporary()
     w.line(depth, f"{signal} = {w.ref(closure)}(scope, out)")
     w.forwarded.clear()  # (the statement may bind names: an import, a set of two names)
     w.line(depth, f"if {signal} is not None:")
     w.signal(depth + 1, signal)
+
+
+def _body_statement(w: _Writer, closure: Any, spec: Body, depth: int) -> None:
+    for statement in spec.statements:
+        _statement(w, statement, depth)
+
+
+def _text_statement(w: _Writer, closure: Any, spec: Text, depth: int) -> None:
+    _text_output(w, depth, spec.text)
+
+
+def _break_statement(w: _Writer, closure: Any, spec: Break, depth: int) -> None:
+    w.signal(depth, "'break'")
+
+
+def _continue_statement(w: _Writer, closure: Any, spec: Continue, depth: int) -> None:
+    w.signal(depth, "'continue'")
+
+
+def _print_statement(w: _Writer, closure: Any, spec: Print, depth: int) -> None:
+    node = spec.node
+    w.mark(depth, "output", node)
+    w.defer_charges()
+    w.line(depth, "try:")
+    pieces = []
+    static = 0
+    sizes = []
+    for is_text, item in spec.items:
+        if is_text:
+            pieces.append((True, item))
+            static += len(item)
+            continue
+        expression, expression_node = item
+        concat = spec_of(expression)
+        if isinstance(concat, Concat):
+            total, parts = _concat_pieces(w, concat, depth + 1)
+            pieces += parts
+            sizes.append(total)
+            continue
+        value = w.temporary()
+        w.line(depth + 1, f"{value} = {_expr(w, expression)}")
+        w.line(depth + 1, f"if type({value}) is not str:")
+        # (an undefined value prints as nothing: a key a message lacks, printed)
+        w.line(depth + 2, f"{value} = str({value}) if type({value}) is int else '' if "
+                          f"type({value}) is _Undefined else "
+                          f"_text({value}, {w.ref(expression_node)})")
+        pieces.append((False, value))
+        sizes.append(f"len({value})")
+    # counted before the pieces are joined: the limit refuses what would not fit first
+    size = w.temporary()
+    w.line(depth + 1, f"{size} = {_sum_code(static, sizes)}")
+    w.line(depth + 1, f"ctx.output_size += {size}")
+    w.line(depth, "except Exception as exc:")
+    w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(node)})")
+    w.line(depth, "if ctx.output_size > max_output:")
+    w.line(depth + 1, f"_overflow(ctx, {w.ref(node)})")
+    _emit(w, depth, pieces)
+    w.flush_charges(depth)
+
+
+def _sum_print_statement(w: _Writer, closure: Any, spec: SumPrint, depth: int) -> None:
+    w.defer_charges()
+    _sum_print(w, spec, depth)
+    w.flush_charges(depth)
+
+
+def _print_parts_statement(w: _Writer, closure: Any, spec: PrintParts, depth: int) -> None:
+    _print_parts(w, spec, depth)
+
+
+def _set_statement(w: _Writer, closure: Any, spec: Set, depth: int) -> None:
+    name = spec.name
+    w.mark(depth, f"set {name}", spec.node)
+    w.defer_charges()
+    w.line(depth, "try:")
+    expression = _expr(w, spec.value)  # (before the name is forwarded: `set x = x + 1`)
+    stored = w.stored_locals.setdefault(name, f"_v{len(w.stored_locals)}")
+    if w.lazy_scope:
+        w.line(depth + 1, f"{stored} = {expression}")
+    else:
+        w.line(depth + 1, f"vars[{name!r}] = {stored} = {expression}")
+    w.line(depth, "except Exception as exc:")
+    w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(spec.node)})")
+    if w.lazy_scope:
+        w.line(depth, "if _synced:")
+        w.line(depth + 1, f"_iteration_vars[{name!r}] = {stored}")
+    w.flush_charges(depth)
+    # until something may bind the name again, it holds what was stored: read from the
+    # local (only statements of this body bind names of its scope; what its expressions
+    # call runs in scopes of its own)
+    w.forwarded[name] = stored
+
+
+def _define_statement(w: _Writer, closure: Any, spec: Define, depth: int) -> None:
+    # a macro: made for this scope (cannot fail)
+    name = spec.name
+    w.mark(depth, f"macro {name}", spec.node)
+    signature, invoke = spec.make.parts  # what make(scope) does, written out
+    w.names["_Macro"], w.names["_partial"] = Macro, partial
+    w.line(depth, f"vars[{name!r}] = _Macro({w.ref(signature)}, _partial({w.ref(invoke)}, "
+                  "scope))")
+    w.forwarded.pop(name, None)
+
+
+def _set_namespace_statement(w: _Writer, closure: Any, spec: SetNamespace, depth: int) -> None:
+    # `set ns.flag = value`: the value, then the name's namespace; one of the engine's
+    # with a value that is no tuple takes the attribute (the lookup charged as the
+    # closure charges it); anything else goes to the closure's own assign_nsref
+    ns_name, attr = spec.name, spec.attr
+    w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
+    assigned, namespace = w.temporary(), w.temporary()
+    name = repr(ns_name)
+    w.mark(depth, f"set {ns_name}.{attr}", spec.node)
+    w.defer_charges()
+    w.line(depth, "try:")
+    w.line(depth + 1, f"{assigned} = {_expr(w, spec.value)}")
+    w.flush_charges(depth + 1)  # before the lookup of the namespace charges its steps
+    # (read as a name is: a local when a `set` of this body stored it, once per body when
+    # nothing in it binds the name)
+    found_value, found = _probe_name(w, ns_name)
+    w.line(depth + 1, f"if type({namespace} := ({found_value} if {found} else "
+                      f"{w.ref(spec.lookup)}({w.unsynced_scope(ns_name)}, {name}))) in "
+                      "_NAMESPACE_TYPES and "
+                      f"not isinstance({assigned}, tuple):")
+    w.line(depth + 2, f"ctx.steps += {SLOW_LOOKUP_STEPS}")
+    w.line(depth + 2, f"{namespace}._attrs[{attr!r}] = {assigned}")
+    w.line(depth + 1, "else:")
+    w.line(depth + 2, f"{w.ref(spec.assign)}(scope, {assigned})")
+    w.line(depth, "except Exception as exc:")
+    w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(spec.node)})")
+
+
+def _if_statement(w: _Writer, closure: Any, spec: If, depth: int) -> None:
+    w.mark(depth, "if", spec.node)
+    w.line(depth, "try:")
+    # the conditions' charges are left pending as a print statement's are (a call per
+    # `role in ('tool', 'ipython')` otherwise); whichever branch runs, or none, charges
+    # what the conditions evaluated so far left pending before anything else
+    pending = False
+    # every condition and branch starts from the names stored before the `if`; after
+    # it, a name is forwarded when every way through left it so (in its one local)
+    before = dict(w.forwarded)
+    ends = []
+    for index, (test, body, test_node) in enumerate(spec.branches):
+        keyword = "if" if index == 0 else "elif"
+        w.forwarded = dict(before)
+        w.defer_charges()
+        w.line(depth + 1, f"{keyword} {_condition(w, test, test_node)}:")
+        w.line(depth + 2, "pass")
+        if w.flush_charges(depth + 2):
+            pending = True
+        elif pending:
+            w.charge_pending(depth + 2)
+        _statement(w, body, depth + 2)
+        ends.append(w.forwarded)
+    w.forwarded = dict(before)
+    else_ = spec.else_
+    if else_ is not None or pending:
+        w.line(depth + 1, "else:")
+        w.line(depth + 2, "pass")
+        if pending:
+            w.charge_pending(depth + 2)
+        if else_ is not None:
+            _statement(w, else_, depth + 2)
+    ends.append(w.forwarded)
+    w.forwarded = {name: stored for name, stored in ends[0].items()
+                   if all(end.get(name) == stored for end in ends)}
+    w.line(depth, "except Exception as exc:")
+    w.line(depth + 1, f"raise _locate_statement(exc, {w.ref(spec.node)})")
+
+
+#: The emitter of each kind of statement spec: ``emitter(writer, closure, spec, depth)``
+#: writes lines at ``depth`` doing what ``closure(scope, out)`` does.
+_STATEMENTS: Dict[type, Callable[[_Writer, Any, Any, int], None]] = {
+    Body: _body_statement, Text: _text_statement, Break: _break_statement,
+    Continue: _continue_statement, Print: _print_statement, SumPrint: _sum_print_statement,
+    PrintParts: _print_parts_statement, Set: _set_statement, Define: _define_statement,
+    SetNamespace: _set_namespace_statement, If: _if_statement,
+}
 
 
 #: Pieces of one output put in the output by an ``out.append`` each, at most: Python 3.11+
@@ -1350,7 +1461,8 @@ def _pieces_tuple(pieces: List[Tuple[bool, str]]) -> str:
                          for is_text, piece in pieces) + ")"
 
 
-def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str = "") -> None:
+def _sum_print(w: _Writer, spec: SumPrint, depth: int, before: str = "", after: str = ""
+               ) -> None:
     """``{{ a + b + ... }}``: while the operands are str (evaluated strictly left to right),
     they go to the output together; the first operand that is not a str hands over to the
     closure's own ``finish`` (Python's `+`), after the str pieces before it are put in the
@@ -1360,7 +1472,7 @@ def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str
     output of the sum in the final ``else``. ``before`` and ``after`` are text printed by
     the same statement around the sum (``text {{ a + b }} text``): in the same ``extend``,
     never folded into the sum."""
-    _, parts, finish, too_big = spec
+    parts, finish, too_big = spec.parts, spec.finish, spec.too_big
     size = w.temporary()
     static = 0
     sizes = []
@@ -1412,26 +1524,25 @@ def _sum_print(w: _Writer, spec: tuple, depth: int, before: str = "", after: str
     _emit(w, inner, prefix + pieces + ([(True, after)] if after else []))
 
 
-def _print_parts(w: _Writer, spec: tuple, depth: int) -> None:
+def _print_parts(w: _Writer, spec: PrintParts, depth: int) -> None:
     """``text {{ a + b }} text {{ c }}``, compiled as its parts (Compiler.output_in_parts):
     a sum with the text around it in one ``extend``, the other parts as they are, then
     the output limit checked at the statement."""
-    _, parts, node = spec
+    parts, node = spec.parts, spec.node
     before = ""
     index = 0
     while index < len(parts):
         part = parts[index]
-        kind = part.spec[0]
-        if kind == "text":
-            before += part.spec[1]
+        part_spec = spec_of(part)
+        if isinstance(part_spec, Text):
+            before += part_spec.text
             index += 1
             continue
-        if kind == "sum_print":
-            following = parts[index + 1] if index + 1 < len(parts) else None
-            after = following.spec[1] if following is not None and \
-                following.spec[0] == "text" else ""
+        if isinstance(part_spec, SumPrint):
+            following = spec_of(parts[index + 1]) if index + 1 < len(parts) else None
+            after = following.text if isinstance(following, Text) else ""
             w.defer_charges()
-            _sum_print(w, part.spec, depth, before, after)
+            _sum_print(w, part_spec, depth, before, after)
             w.flush_charges(depth)
             before = ""
             index += 2 if after else 1
@@ -1460,14 +1571,12 @@ def _rebound_names(closure: Any) -> FrozenSet[str]:
     rebinds = getattr(closure, "rebinds", None)
     if rebinds:
         return rebinds
-    spec = getattr(closure, "spec", None)
-    if spec is None:
-        return frozenset()
-    if spec[0] == "body":
-        return frozenset().union(*map(_rebound_names, spec[1]))
-    if spec[0] == "if":
-        _, branches, else_, _ = spec
-        bodies = [body for _, body, _ in branches] + ([else_] if else_ is not None else [])
+    spec = spec_of(closure)
+    if isinstance(spec, Body):
+        return frozenset().union(*map(_rebound_names, spec.statements))
+    if isinstance(spec, If):
+        else_ = spec.else_
+        bodies = [body for _, body, _ in spec.branches] + ([else_] if else_ is not None else [])
         return frozenset().union(*map(_rebound_names, bodies))
     return frozenset()
 
@@ -1578,7 +1687,7 @@ def generate_loop(body: Callable[..., Any], target: str, uses_loop: bool,
     when the output or step limit was passed (the caller refunds them and raises).
     ``stable_items``: whether nothing in the body can change the items (True), or the names
     of the functions it calls when that holds if they are pure (compiler._stable_items)."""
-    if getattr(body, "spec", None) is None:
+    if spec_of(body) is None:
         return None
     from operator import length_hint
 
@@ -1601,7 +1710,7 @@ def generate_charging_loop(body: Callable[..., Any], target: str, uses_loop: boo
     variables (names the body reads before it assigns them: undefined). ``binds``, when
     given, are the names the body can bind (its frame's stores, the target and ``loop``
     among them): any other name of an enclosing scope is probed once, before the loop."""
-    if getattr(body, "spec", None) is None:
+    if spec_of(body) is None:
         return None
     w = _Writer()
     w.in_loop = True
@@ -1740,8 +1849,7 @@ def generate(body: Callable[..., Any], binds: Optional[FrozenSet[str]] = None
     it has nothing to inline or would be too big. ``binds``, when given, are the names its
     frame binds (the compiler's stores): the others are read from the scopes once, as it
     starts, and its locals among them once too."""
-    spec = getattr(body, "spec", None)
-    if spec is None:
+    if spec_of(body) is None:
         return body
     w = _Writer()
     if binds is None:

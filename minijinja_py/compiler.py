@@ -14,9 +14,9 @@ Errors: the innermost failing expression locates the error once (``TemplateError
 Python errors from operators and builtins become TemplateRuntimeError subclasses there.
 
 Why one module of this size: each node's closure carries its semantics, its limits and
-step charges, and the ``spec`` codegen.py reads, and closures of one template share the
-compiler's state (frames, symbols, the hot switching); the helpers they call are in
-arith, budget, methods, runtime, sandbox and symbols.
+step charges, and the ``spec`` codegen.py reads (a class of fastpath_specs.py), and closures
+of one template share the compiler's state (frames, symbols, the hot switching); the helpers
+they call are in arith, budget, methods, runtime, sandbox and symbols.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
                      check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
+from .fastpath_specs import (Add, And, Arguments, Body, Break, Call, Concat, Cond, Const, Contains,
+                             Continue, Define, DictGet, DirectAttribute, EqStr, Filter, If, Index,
+                             IntCompare, IntOp, Local, Lookup, Name, Not, Or, Print, PrintParts,
+                             Set, SetNamespace, StrMethod, Subscript, SumPrint, Test, Text,
+                             Truth, attach, spec_of)
 from .sandbox import DIRECT_ATTRIBUTES, dict_item_only
 from .runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined, LoopContext,
                       Macro, Namespace, StrictUndefined, Undefined, to_text as _to_text,
@@ -376,7 +381,7 @@ class Compiler:
         again and again, a macro called for every tool, runs as one function; a cold start
         does not pay for ``compile()``. ``state``: the list to keep its runs and generated
         function in (the template's own body's is ``self.renders``)."""
-        if not self.generates_code or getattr(body, "spec", None) is None:
+        if not self.generates_code or spec_of(body) is None:
             return body
         hot_after = HOT_CALLS
         if state is None:
@@ -394,7 +399,7 @@ class Compiler:
                 return generated(scope, out)
             return body(scope, out)
 
-        run_hot.spec = body.spec  # type: ignore[attr-defined]  # still inlined where nested
+        attach(run_hot, spec_of(body))  # still inlined where nested
         run_hot.hot_state = state  # type: ignore[attr-defined]  # a macro calls state[1] itself
         return run_hot
 
@@ -444,7 +449,7 @@ class Compiler:
             def nothing(scope: Scope, out: list) -> None:
                 return None
 
-            nothing.spec = ("body", [])  # type: ignore[attr-defined]  # see codegen.py
+            attach(nothing, Body([]))
             return nothing
         if len(compiled) == 1:
             return compiled[0]
@@ -480,7 +485,7 @@ class Compiler:
                 ctx = scope.ctx
                 ctx.output_size += size
 
-            output_text.spec = ("text", text)  # type: ignore[attr-defined]
+            attach(output_text, Text(text))
             return output_text
 
         if len(items) == 1 and hasattr(items[0][1][0], "output"):
@@ -504,7 +509,7 @@ class Compiler:
                     raise _locate(ctx.limits.exceeded(
                         "max_output_size", "rendered output too large"), expression_node)
 
-            output_one.spec = ("print", items, expression_node)  # type: ignore[attr-defined]
+            attach(output_one, Print(items, expression_node))
             return output_one
 
         def output(scope: Scope, out: list) -> None:
@@ -528,7 +533,7 @@ class Compiler:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
-        output.spec = ("print", items, node)  # type: ignore[attr-defined]
+        attach(output, Print(items, node))
         return output
 
     def output_in_parts(self, items: List[Tuple[bool, Any]], node: n.Node) -> Stmt:
@@ -553,7 +558,7 @@ class Compiler:
                     "max_output_size", "rendered output too large"), node)
 
         output = _sequence(parts + [check_output_size])
-        output.spec = ("print_parts", parts, node)  # type: ignore[attr-defined]  # codegen.py
+        attach(output, PrintParts(parts, node))
         return output
 
     def printed_constant(self, node: n.Node) -> Optional[str]:
@@ -706,7 +711,7 @@ class Compiler:
                 return else_(scope, out)
             return None
 
-        if_stmt.spec = ("if", branches, else_, node)  # type: ignore[attr-defined]
+        attach(if_stmt, If(branches, else_, node))
         return if_stmt
 
     def truth(self, node: n.Node) -> Expr:
@@ -725,7 +730,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
-        test.spec = ("truth", value, node)  # type: ignore[attr-defined]
+        attach(test, Truth(value, node))
         return test
 
     def s_for(self, node: n.Node) -> Stmt:
@@ -1116,14 +1121,12 @@ class Compiler:
             assign(scope, value(scope))
 
         if isinstance(node.target, n.NameTarget):  # see codegen.py
-            assign_stmt.spec = ("set", node.target.name, value,  # type: ignore[attr-defined]
-                                node)
+            attach(assign_stmt, Set(node.target.name, value, node))
         elif isinstance(node.target, n.NSRef) and node.target.attr[:1] != "_":
             # `set ns.flag = ...`: generated code stores into one of the engine's namespaces
             # itself (what assign_nsref does for them; anything else is assign_nsref's)
-            assign_stmt.spec = (  # type: ignore[attr-defined]  # see codegen.py
-                "set_namespace", node.target.name, node.target.attr, value, assign,
-                Scope.lookup, node)
+            attach(assign_stmt, SetNamespace(node.target.name, node.target.attr, value, assign,
+                                             Scope.lookup, node))
 
         # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
         assign_stmt.rebinds = _bound_names(node.target)  # type: ignore[attr-defined]
@@ -1212,7 +1215,7 @@ class Compiler:
             scope.vars[name] = make(scope)
 
         define_macro.rebinds = frozenset((name,))  # type: ignore[attr-defined]
-        define_macro.spec = ("define", name, make, node)  # type: ignore[attr-defined]
+        attach(define_macro, Define(name, make, node))
         return define_macro
 
     def macro_factory(self, name: str, params: list, body_nodes: list, defined_at: n.Node,
@@ -1488,7 +1491,7 @@ class Compiler:
         def break_(scope: Scope, out: list) -> str:
             return BREAK
 
-        break_.spec = ("break",)  # type: ignore[attr-defined]
+        attach(break_, Break())
         return break_
 
     def s_continue(self, node: n.Node) -> Stmt:
@@ -1498,7 +1501,7 @@ class Compiler:
         def continue_(scope: Scope, out: list) -> str:
             return CONTINUE
 
-        continue_.spec = ("continue",)  # type: ignore[attr-defined]
+        attach(continue_, Continue())
         return continue_
 
     def s_generation(self, node: n.Node) -> Stmt:
@@ -1544,7 +1547,7 @@ class Compiler:
         def const(scope: Scope) -> Any:
             return value
 
-        const.spec = ("const", value)  # type: ignore[attr-defined]
+        attach(const, Const(value))
         return const
 
     def e_name(self, node: n.Node) -> Expr:
@@ -1553,7 +1556,7 @@ class Compiler:
             def load_local(scope: Scope) -> Any:
                 return scope.vars[name]
 
-            load_local.spec = ("local", name)  # type: ignore[attr-defined]
+            attach(load_local, Local(name))
             return load_local
 
         def load(scope: Scope) -> Any:
@@ -1572,7 +1575,7 @@ class Compiler:
             above = parent.parent if parent is not None else None
             return above.lookup(name) if above is not None else MISSING
 
-        load.spec = ("name", name, beyond)  # type: ignore[attr-defined]  # see codegen.py
+        attach(load, Name(name, beyond))
         return load
 
     def e_tuple(self, node: n.Node) -> Expr:
@@ -1679,7 +1682,7 @@ class Compiler:
                     return value
             return slow(obj, scope)
 
-        get_attribute_of.spec = ("lookup", obj_of, name, slow)  # type: ignore[attr-defined]
+        attach(get_attribute_of, Lookup(obj_of, name, slow))
         return get_attribute_of
 
     # The closures below repeat the scope walk of e_name and the dict fast path of
@@ -1707,8 +1710,7 @@ class Compiler:
                         return value
                 return slow(obj, scope)
 
-            get_attribute_of_local.spec = (  # type: ignore[attr-defined]
-                "lookup", _local_loader(variable), name, slow)
+            attach(get_attribute_of_local, Lookup(_local_loader(variable), name, slow))
             return get_attribute_of_local
 
         def get_attribute_of_name(scope: Scope) -> Any:
@@ -1727,8 +1729,7 @@ class Compiler:
             return slow(obj, scope)
 
         slow = _slow_getattr(sandbox, name, node)
-        get_attribute_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
-            "lookup", self.e_name(node.node), name, slow)
+        attach(get_attribute_of_name, Lookup(self.e_name(node.node), name, slow))
         return get_attribute_of_name
 
     def direct_attribute_of_local(self, node: n.Node, direct_type: type) -> Expr:
@@ -1755,8 +1756,8 @@ class Compiler:
                 return read(obj)
             return other_object(obj, scope)
 
-        get_direct_attribute.spec = (  # type: ignore[attr-defined]
-            "direct_attribute", _local_loader(variable), name, direct_type, other_object)
+        attach(get_direct_attribute, DirectAttribute(_local_loader(variable), name, direct_type,
+                                                     other_object))
         return get_direct_attribute
 
     def getitem_of_name(self, node: n.Node) -> Expr:
@@ -1784,13 +1785,12 @@ class Compiler:
                     raise _locate(exc, node) from exc
 
             if type(key) is str:
-                get_item_of_local.spec = (  # type: ignore[attr-defined]
-                    "lookup", _local_loader(variable), key,
-                    _slow_lookup(sandbox.getitem, key, node))
+                attach(get_item_of_local, Lookup(_local_loader(variable), key,
+                                                 _slow_lookup(sandbox.getitem, key, node)))
             elif _small_int(key):
-                get_item_of_local.spec = (  # type: ignore[attr-defined]
-                    "index", _local_loader(variable), key,
-                    _slow_lookup(sandbox.getitem, key, node), _step_charger(node))
+                attach(get_item_of_local, Index(_local_loader(variable), key,
+                                                _slow_lookup(sandbox.getitem, key, node),
+                                                _step_charger(node)))
             return get_item_of_local
 
         def get_item_of_name(scope: Scope) -> Any:
@@ -1817,13 +1817,12 @@ class Compiler:
                 raise _locate(exc, node) from exc
 
         if type(key) is str:  # (a list never holds a str key: the slow path's charge holds)
-            get_item_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
-                "lookup", self.e_name(node.node), key,
-                _slow_lookup(sandbox.getitem, key, node))
+            attach(get_item_of_name, Lookup(self.e_name(node.node), key,
+                                            _slow_lookup(sandbox.getitem, key, node)))
         elif _small_int(key):  # `messages[-1]`
-            get_item_of_name.spec = (  # type: ignore[attr-defined]  # see codegen.py
-                "index", self.e_name(node.node), key,
-                _slow_lookup(sandbox.getitem, key, node), _step_charger(node))
+            attach(get_item_of_name, Index(self.e_name(node.node), key,
+                                           _slow_lookup(sandbox.getitem, key, node),
+                                           _step_charger(node)))
         return get_item_of_name
 
     def e_getitem(self, node: n.Node) -> Expr:
@@ -1873,12 +1872,12 @@ class Compiler:
                     raise _locate(exc, node) from exc
 
             if type(constant) is str:
-                get_constant_item.spec = (  # type: ignore[attr-defined]
-                    "lookup", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node))
+                attach(get_constant_item, Lookup(obj_of, constant,
+                                                 _slow_lookup(sandbox.getitem, constant, node)))
             elif _small_int(constant):
-                get_constant_item.spec = (  # type: ignore[attr-defined]
-                    "index", obj_of, constant, _slow_lookup(sandbox.getitem, constant, node),
-                    _step_charger(node))
+                attach(get_constant_item, Index(obj_of, constant,
+                                                _slow_lookup(sandbox.getitem, constant, node),
+                                                _step_charger(node)))
             return get_constant_item
         key_of = self.expr(node.arg)
 
@@ -1909,7 +1908,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
-        get_item.spec = ("subscript", obj_of, key_of, item_of)  # type: ignore[attr-defined]
+        attach(get_item, Subscript(obj_of, key_of, item_of))
         return get_item
 
     def arguments(self, node: n.Node) -> Tuple[Callable[[Scope], Tuple[list, dict]], bool]:
@@ -1943,7 +1942,7 @@ class Compiler:
             return positional, keywords
 
         if not dynamic:  # see codegen.py: the arguments written out in the call
-            evaluate.spec = ("arguments", args, kwargs)  # type: ignore[attr-defined]
+            attach(evaluate, Arguments(args, kwargs))
         return evaluate, dynamic
 
     def e_call(self, node: n.Node) -> Expr:
@@ -1964,8 +1963,8 @@ class Compiler:
             positional, keywords = args(scope)
             return invoke(function, positional, keywords)
 
-        if getattr(args, "spec", None) is not None:  # see codegen.py
-            call.spec = ("call", callee, args.spec, invoke)  # type: ignore[attr-defined]
+        if spec_of(args) is not None:  # see codegen.py
+            attach(call, Call(callee, spec_of(args), invoke))
         return call
 
     def method_call(self, node: n.Node, args: Callable[[Scope], Tuple[list, dict]]) -> Expr:
@@ -2024,14 +2023,14 @@ class Compiler:
             positional, keywords = args(scope)
             return call_on(scope, owner, positional, keywords)
 
-        spec = getattr(args, "spec", None)
-        if name == "get" and dict in direct and spec is not None and not spec[2] and \
-                1 <= len(spec[1]) <= 2:
+        spec = spec_of(args)
+        if name == "get" and dict in direct and isinstance(spec, Arguments) and \
+                not spec.keywords and 1 <= len(spec.positional) <= 2:
             # `message.get('content')`, a few times per message in many templates: an exact
             # dict's own get(), charged what the general path charges (the result's size:
             # get() has no weight); any other owner takes the general path
-            key_of = spec[1][0]
-            default_of = spec[1][1] if len(spec[1]) == 2 else None
+            key_of = spec.positional[0]
+            default_of = spec.positional[1] if len(spec.positional) == 2 else None
 
             def dict_get(scope: Scope, owner: Any, key: Any, default: Any) -> Any:
                 """``owner.get(key[, default])``, its operands evaluated (also codegen's)."""
@@ -2053,18 +2052,18 @@ class Compiler:
                 default = default_of(scope) if default_of is not None else None
                 return dict_get(scope, owner, key, default)
 
-            method_call.spec = ("dict_get", owner_of, key_of,  # type: ignore[attr-defined]
-                                default_of, dict_get, _step_charger(node))
-        elif name in _INLINE_STR_METHODS and str in direct and spec is not None and \
-                not spec[2] and len(spec[1]) <= 2:
+            attach(method_call, DictGet(owner_of, key_of, default_of, dict_get,
+                                        _step_charger(node)))
+        elif name in _INLINE_STR_METHODS and str in direct and isinstance(spec, Arguments) and \
+                not spec.keywords and len(spec.positional) <= 2:
             # `content.strip()`, `role.startswith('<')`, `text.rfind(marker)`: on an exact
             # str with str arguments (then it cannot fail), generated code calls the str
             # method itself and charges what call_on charges; anything else goes to call_on
             def on_other(scope: Scope, owner: Any, *arguments: Any) -> Any:
                 return call_on(scope, owner, list(arguments), {})
 
-            method_call.spec = ("str_method", owner_of, name,  # type: ignore[attr-defined]
-                                tuple(spec[1]), weight, on_other, _step_charger(node))
+            attach(method_call, StrMethod(owner_of, name, tuple(spec.positional), weight, on_other,
+                                          _step_charger(node)))
         return method_call
 
     def resolve(self, kind: str, name: str, node: n.Node) -> Optional[Callable[..., Any]]:
@@ -2152,10 +2151,11 @@ class Compiler:
         other filter or arguments."""
         from .filters import do_default
 
-        spec = getattr(args, "spec", None)  # ("arguments", positional, keywords)
-        if function is not do_default or spec is None or len(spec[1]) != 1 or spec[2]:
+        spec = spec_of(args)
+        if function is not do_default or not isinstance(spec, Arguments) or \
+                len(spec.positional) != 1 or spec.keywords:
             return None
-        fallback = spec[1][0]
+        fallback = spec.positional[0]
 
         def apply_default(scope: Scope, value: Any) -> Any:
             chosen = fallback(scope)
@@ -2176,8 +2176,7 @@ class Compiler:
         def filtered(scope: Scope) -> Any:
             return apply(scope, operand(scope))
 
-        filtered.spec = ("filter", operand, apply,  # type: ignore[attr-defined]
-                         self.inline_filter(node))
+        attach(filtered, Filter(operand, apply, self.inline_filter(node)))
         return filtered
 
     def inline_filter(self, node: n.Node) -> Optional[tuple]:
@@ -2228,8 +2227,7 @@ class Compiler:
                 return (not result) if negated else bool(result)
 
             if not scans:  # see codegen.py: TYPE_TESTS are called inline
-                test_without_arguments.spec = (  # type: ignore[attr-defined]
-                    "test", operand, function, negated)
+                attach(test_without_arguments, Test(operand, function, negated))
             return test_without_arguments
 
         def test(scope: Scope) -> bool:
@@ -2265,7 +2263,7 @@ class Compiler:
             def choose(scope: Scope) -> Any:
                 return expr1(scope) if test(scope) else expr2(scope)
 
-            choose.spec = ("cond", test, node.test, expr1, expr2)  # type: ignore[attr-defined]
+            attach(choose, Cond(test, node.test, expr1, expr2))
             return choose
         hint = (f"the inline if-expression on line {node.lineno} evaluated to false and no else"
                 " section was defined.")
@@ -2277,8 +2275,7 @@ class Compiler:
         def choose_or_undefined(scope: Scope) -> Any:
             return expr1(scope) if test(scope) else otherwise(scope)
 
-        choose_or_undefined.spec = (  # type: ignore[attr-defined]  # see codegen.py
-            "cond", test, node.test, expr1, otherwise)
+        attach(choose_or_undefined, Cond(test, node.test, expr1, otherwise))
         return choose_or_undefined
 
     def e_binop(self, node: n.Node) -> Expr:
@@ -2301,7 +2298,7 @@ class Compiler:
             return apply(left(scope), right(scope), scope)
 
         if op in _INT_FAST_OPS:  # see codegen.py: int operands computed inline
-            binop.spec = ("int_op", left, right, op, apply)  # type: ignore[attr-defined]
+            attach(binop, IntOp(left, right, op, apply))
         return binop
 
     def local_lookup(self, node: n.Node) -> Tuple[Optional[str], Any]:
@@ -2374,9 +2371,9 @@ class Compiler:
             one of them is not a str)."""
             return add_slowly(values[0], 0, scope, values[1:])
 
-        add.spec = ("add", [(first_constant, first)] + [  # type: ignore[attr-defined]
+        attach(add, Add([(first_constant, first)] + [
             (constant, operand) for constant, operand, _, _, _ in steps],
-            add_evaluated, _step_charger(node))  # charges what add_slowly charges
+            add_evaluated, _step_charger(node)))  # charges what add_slowly charges
 
         # The operands for printing: runs of constant strings merged (valid while everything
         # before them is a str, which is the only time they are used), local lookups marked.
@@ -2464,8 +2461,7 @@ class Compiler:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
-        output_sum.spec = (  # type: ignore[attr-defined]  # see codegen.py
-            "sum_print", parts, finish_sum, sum_too_big)
+        attach(output_sum, SumPrint(parts, finish_sum, sum_too_big))
         add.output = output_sum  # type: ignore[attr-defined]  # used by {{ a + b }}
         return add
 
@@ -2543,8 +2539,7 @@ class Compiler:
 
             return markup_concat
 
-        concat.spec = (  # type: ignore[attr-defined]
-            "concat", parts, text_of, charge_joined, _step_charger(node))
+        attach(concat, Concat(parts, text_of, charge_joined, _step_charger(node)))
         return concat
 
     def e_compare(self, node: n.Node) -> Expr:
@@ -2572,8 +2567,7 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, node) from exc
 
-                local_equals_string.spec = (  # type: ignore[attr-defined]
-                    "eq_str", first, constant, negate)
+                attach(local_equals_string, EqStr(first, constant, negate))
                 return local_equals_string
             if op == "==" and constant is not MISSING and type(constant) is str:
                 def equals_string(scope: Scope) -> Any:
@@ -2585,7 +2579,7 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, node) from exc
 
-                equals_string.spec = ("eq_str", first, constant, False)  # type: ignore
+                attach(equals_string, EqStr(first, constant, False))
                 return equals_string
 
             if op in ("in", "notin"):
@@ -2628,9 +2622,8 @@ class Compiler:
                 literal = _literal_value(operand_node)
                 members = tuple(literal) if type(literal) in (tuple, list) and all(
                     type(item) is str for item in literal) else None
-                contains.spec = (  # type: ignore[attr-defined]
-                    "contains", first, second, negate, check_contains, members,
-                    _step_charger(node) if members else None)
+                attach(contains, Contains(first, second, negate, check_contains, members,
+                                          _step_charger(node) if members else None))
                 return contains
 
             def compare_values(left: Any, right: Any, scope: Scope) -> Any:
@@ -2647,8 +2640,7 @@ class Compiler:
                                       scope)
 
             # see codegen.py: two ints compared inline (free, and never raising)
-            compare_once.spec = ("int_compare", first, second, op,  # type: ignore[attr-defined]
-                                 compare_values)
+            attach(compare_once, IntCompare(first, second, op, compare_values))
             return compare_once
 
         contains = {_COMPARE["in"], _COMPARE["notin"]}
@@ -2683,7 +2675,7 @@ class Compiler:
                 raise _locate(exc, node) from exc
             return right(scope) if truth else value
 
-        and_.spec = ("and", left, right, node)  # type: ignore[attr-defined]
+        attach(and_, And(left, right, node))
         return and_
 
     def e_or(self, node: n.Node) -> Expr:
@@ -2698,7 +2690,7 @@ class Compiler:
                 raise _locate(exc, node) from exc
             return value if truth else right(scope)
 
-        or_.spec = ("or", left, right, node)  # type: ignore[attr-defined]
+        attach(or_, Or(left, right, node))
         return or_
 
     def e_not(self, node: n.Node) -> Expr:
@@ -2707,7 +2699,7 @@ class Compiler:
         def not_(scope: Scope) -> bool:
             return not value(scope)
 
-        not_.spec = ("not", value)  # type: ignore[attr-defined]
+        attach(not_, Not(value))
         return not_
 
     def _unary(self, node: n.Node, function: Callable[[Any], Any]) -> Expr:
@@ -2942,7 +2934,7 @@ def _local_loader(name: str) -> Expr:
     def load_local(scope: Scope) -> Any:
         return scope.vars[name]
 
-    load_local.spec = ("local", name)  # type: ignore[attr-defined]
+    attach(load_local, Local(name))
     return load_local
 
 
@@ -3169,9 +3161,9 @@ def _constant_value(default: Any) -> Any:
     """The value of a macro parameter's default when it is a constant of an immutable type
     (``none``, ``False``, a string): the same every call, taken without calling its
     closure; else MISSING."""
-    spec = getattr(default, "spec", None)
-    if spec is not None and spec[0] == "const" and type(spec[1]) in _IMMUTABLE_CONSTANTS:
-        return spec[1]
+    spec = spec_of(default)
+    if isinstance(spec, Const) and type(spec.value) in _IMMUTABLE_CONSTANTS:
+        return spec.value
     return MISSING
 
 
@@ -3195,7 +3187,7 @@ def _sequence(compiled: List[Stmt]) -> Stmt:
                 return signal
         return None
 
-    run_body.spec = ("body", compiled)  # type: ignore[attr-defined]
+    attach(run_body, Body(compiled))
     return run_body
 
 
