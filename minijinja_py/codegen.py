@@ -1352,7 +1352,7 @@ def _define_statement(w: _Writer, closure: Any, spec: Define, depth: int) -> Non
     # a macro: made for this scope (cannot fail)
     name = spec.name
     w.mark(depth, f"macro {name}", spec.node)
-    signature, invoke = spec.make.parts  # what make(scope) does, written out
+    signature, invoke = spec.signature, spec.invoke  # what the closure's make(scope) does
     w.names["_Macro"], w.names["_partial"] = Macro, partial
     w.line(depth, f"vars[{name!r}] = _Macro({w.ref(signature)}, _partial({w.ref(invoke)}, "
                   "scope))")

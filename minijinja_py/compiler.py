@@ -1208,18 +1208,22 @@ class Compiler:
         return apply
 
     def s_macro(self, node: n.Node) -> Stmt:
-        make = self.macro_factory(node.name, node.params, node.body, node)
+        signature, invoke = self.macro_parts(node.name, node.params, node.body, node)
+        make = _macro_maker(signature, invoke)
         name = node.name
 
         def define_macro(scope: Scope, out: list) -> None:
             scope.vars[name] = make(scope)
 
         define_macro.rebinds = frozenset((name,))  # type: ignore[attr-defined]
-        attach(define_macro, Define(name, make, node))
+        attach(define_macro, Define(name, signature, invoke, node))
         return define_macro
 
-    def macro_factory(self, name: str, params: list, body_nodes: list, defined_at: n.Node,
-                      caller_macro: bool = False) -> Callable[[Scope], Macro]:
+    def macro_parts(self, name: str, params: list, body_nodes: list, defined_at: n.Node,
+                    caller_macro: bool = False) -> Tuple[tuple, Callable[..., Any]]:
+        """What a macro of this definition is made of: (its signature, ``invoke``, which runs
+        it given the scope it was defined in, then the call's arguments); see
+        :func:`_macro_maker`."""
         arg_names = tuple(p for p, _ in params)
         twice = _first_repeated(arg_names) if self.duplicate_parameter is None else None
         if twice is not None:
@@ -1379,17 +1383,11 @@ class Compiler:
             finally:
                 ctx.depth -= 1
 
-        signature = (shown_name, arg_names, catch_kwargs, catch_varargs, wants_caller)
-
-        def make(defining_scope: Scope) -> Macro:
-            return Macro(signature, partial(invoke, defining_scope))
-
-        make.parts = (signature, invoke)  # type: ignore[attr-defined]  # codegen writes make out
-        return make
+        return (shown_name, arg_names, catch_kwargs, catch_varargs, wants_caller), invoke
 
     def s_call_block(self, node: n.Node) -> Stmt:
-        make_caller = self.macro_factory("caller", node.params, node.body, node,
-                                         caller_macro=True)
+        make_caller = _macro_maker(*self.macro_parts("caller", node.params, node.body, node,
+                                                     caller_macro=True))
         call = node.call
         callee = self.expr(call.node)
         args, star_args = self.arguments(call)
@@ -2963,6 +2961,16 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
 
     slow.namespace_attribute = reads_namespaces  # type: ignore[attr-defined]
     return slow
+
+
+def _macro_maker(signature: tuple, invoke: Callable[..., Any]) -> Callable[[Scope], Macro]:
+    """``make(scope)``: the macro of ``signature`` defined in that scope (codegen.py writes
+    the same ``Macro(signature, partial(invoke, scope))`` out from the Define spec)."""
+
+    def make(defining_scope: Scope) -> Macro:
+        return Macro(signature, partial(invoke, defining_scope))
+
+    return make
 
 
 def undefined_item(ctx: RenderContext, obj: dict, key: str) -> Any:

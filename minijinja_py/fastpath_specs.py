@@ -132,13 +132,14 @@ class SetNamespace(Spec):
 
 
 class Define(Spec):
-    """A macro definition: ``make`` builds the macro (its ``parts``: signature, invoke)."""
+    """A macro definition: ``Macro(signature, partial(invoke, scope))`` bound to ``name``."""
 
-    __slots__ = ("name", "make", "node")
+    __slots__ = ("name", "signature", "invoke", "node")
 
-    def __init__(self, name: str, make: Any, node: Any) -> None:
+    def __init__(self, name: str, signature: tuple, invoke: Any, node: Any) -> None:
         self.name = name
-        self.make = make
+        self.signature = signature
+        self.invoke = invoke
         self.node = node
 
 
