@@ -589,15 +589,15 @@ def _hoisted_local(w: _Writer, operand: Any) -> Optional[str]:
 def _lookup(w: _Writer, closure: Any, spec: Lookup) -> str:
     # obj = <operand>; a dict hit is the value, then (for `obj.name`) a namespace holding
     # the name, anything else the closure's slow path
-    key, slow = spec.key, spec.slow
+    key = spec.key
     k = w.ref(key)
     variable = _hoisted_local(w, spec.operand)
     if variable is not None:
         obj, is_dict = w.local(variable)
-        return w.dict_read(obj, is_dict, key, _slow_read(w, obj, key, slow, is_dict))
+        return w.dict_read(obj, is_dict, key, _slow_read(w, obj, spec, is_dict))
     obj = w.temporary()
     return (f"({obj}[{k}] if type({obj} := {_expr(w, spec.operand)}) is dict and {k} in {obj} "
-            f"else {_slow_read(w, obj, key, slow, f'type({obj}) is dict')})")
+            f"else {_slow_read(w, obj, spec, f'type({obj}) is dict')})")
 
 
 def _index(w: _Writer, closure: Any, spec: Index) -> str:
@@ -875,7 +875,7 @@ def _key_defined(w: _Writer, lookup: Lookup) -> Optional[str]:
     the Undefined it would make (which nothing else sees: as for a missing name, it is not
     made); anything else reads the value as the lookup does. None for a key the sandbox
     may answer otherwise for a dict (a method's name, a private one)."""
-    operand, key, slow = lookup.operand, lookup.key, lookup.slow
+    operand, key = lookup.operand, lookup.key
     if type(key) is not str or not dict_item_only(key):
         return None
     k = w.ref(key)
@@ -887,7 +887,7 @@ def _key_defined(w: _Writer, lookup: Lookup) -> Optional[str]:
         obj = w.temporary()
         is_dict = f"type({obj} := {_expr(w, operand)}) is dict"
     return (f"((not isinstance({obj}[{k}], _Undefined) if {k} in {obj} else _missing_key(ctx))"
-            f" if {is_dict} else not isinstance({_slow_read(w, obj, key, slow)}, _Undefined))")
+            f" if {is_dict} else not isinstance({_slow_read(w, obj, lookup)}, _Undefined))")
 
 
 def _missing_key(ctx: Any) -> bool:
@@ -903,16 +903,16 @@ def _optional_key(w: _Writer, lookup: Lookup) -> None:
         w.optional_keys.add((w.local(variable)[0], w.ref(lookup.key)))
 
 
-def _slow_read(w: _Writer, obj: str, key: str, slow: Any, is_dict: Optional[str] = None
-               ) -> str:
-    """What a lookup does when ``obj`` is not a dict holding ``key``: with ``is_dict`` (the
+def _slow_read(w: _Writer, obj: str, lookup: Lookup, is_dict: Optional[str] = None) -> str:
+    """What ``lookup`` does when ``obj`` is not a dict holding its key: with ``is_dict`` (the
     code telling whether it is a dict), a dict lacking it gives the sandbox's Undefined
     (unless the key is a method's name or private: the sandbox may find an attribute), an
-    attribute of one of the engine's namespaces is read as compiler._slow_getattr reads
-    it, anything else takes ``slow``."""
+    attribute of one of the engine's namespaces (``reads_namespaces``) is read as
+    compiler._slow_getattr reads it, anything else takes the lookup's ``slow``."""
+    key = lookup.key
     k = w.ref(key)
-    fallback = f"{w.ref(slow)}({obj}, {w.unsynced_scope()})"
-    if getattr(slow, "namespace_attribute", False):
+    fallback = f"{w.ref(lookup.slow)}({obj}, {w.unsynced_scope()})"
+    if lookup.reads_namespaces:
         w.names["_NAMESPACE_TYPES"] = NAMESPACE_TYPES
         value = w.temporary()
         fallback = (f"({value} if type({obj}) in _NAMESPACE_TYPES and "

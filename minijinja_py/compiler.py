@@ -1680,7 +1680,7 @@ class Compiler:
                     return value
             return slow(obj, scope)
 
-        attach(get_attribute_of, Lookup(obj_of, name, slow))
+        attach(get_attribute_of, Lookup(obj_of, name, slow, _reads_namespaces(name)))
         return get_attribute_of
 
     # The closures below repeat the scope walk of e_name and the dict fast path of
@@ -1708,7 +1708,8 @@ class Compiler:
                         return value
                 return slow(obj, scope)
 
-            attach(get_attribute_of_local, Lookup(_local_loader(variable), name, slow))
+            attach(get_attribute_of_local, Lookup(_local_loader(variable), name, slow,
+                                                  _reads_namespaces(name)))
             return get_attribute_of_local
 
         def get_attribute_of_name(scope: Scope) -> Any:
@@ -1727,7 +1728,8 @@ class Compiler:
             return slow(obj, scope)
 
         slow = _slow_getattr(sandbox, name, node)
-        attach(get_attribute_of_name, Lookup(self.e_name(node.node), name, slow))
+        attach(get_attribute_of_name, Lookup(self.e_name(node.node), name, slow,
+                                            _reads_namespaces(name)))
         return get_attribute_of_name
 
     def direct_attribute_of_local(self, node: n.Node, direct_type: type) -> Expr:
@@ -1784,7 +1786,8 @@ class Compiler:
 
             if type(key) is str:
                 attach(get_item_of_local, Lookup(_local_loader(variable), key,
-                                                 _slow_lookup(sandbox.getitem, key, node)))
+                                                 _slow_lookup(sandbox.getitem, key, node),
+                                                 False))
             elif _small_int(key):
                 attach(get_item_of_local, Index(_local_loader(variable), key,
                                                 _slow_lookup(sandbox.getitem, key, node),
@@ -1816,7 +1819,7 @@ class Compiler:
 
         if type(key) is str:  # (a list never holds a str key: the slow path's charge holds)
             attach(get_item_of_name, Lookup(self.e_name(node.node), key,
-                                            _slow_lookup(sandbox.getitem, key, node)))
+                                            _slow_lookup(sandbox.getitem, key, node), False))
         elif _small_int(key):  # `messages[-1]`
             attach(get_item_of_name, Index(self.e_name(node.node), key,
                                            _slow_lookup(sandbox.getitem, key, node),
@@ -1871,7 +1874,8 @@ class Compiler:
 
             if type(constant) is str:
                 attach(get_constant_item, Lookup(obj_of, constant,
-                                                 _slow_lookup(sandbox.getitem, constant, node)))
+                                                 _slow_lookup(sandbox.getitem, constant, node),
+                                                 False))
             elif _small_int(constant):
                 attach(get_constant_item, Index(obj_of, constant,
                                                 _slow_lookup(sandbox.getitem, constant, node),
@@ -2942,7 +2946,7 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
     in a loop: an O(1) read, charged nothing beyond the node, like a dict hit); anything else
     takes the sandbox, charged SLOW_LOOKUP_STEPS (codegen.py inlines both reads)."""
     through_sandbox = _slow_lookup(sandbox.getattr, name, node)
-    reads_namespaces = name[:1] != "_"
+    reads_namespaces = _reads_namespaces(name)
     # a dict's item or Undefined, as the sandbox answers for a dict (a method's name or a
     # private one takes its full path)
     item_or_undefined = dict_item_only(name)
@@ -2959,8 +2963,14 @@ def _slow_getattr(sandbox: Any, name: str, node: n.Node) -> Callable[[Any, Scope
                 return value
         return through_sandbox(obj, scope)
 
-    slow.namespace_attribute = reads_namespaces  # type: ignore[attr-defined]
     return slow
+
+
+def _reads_namespaces(name: str) -> bool:
+    """Whether the attribute ``name`` of one of the engine's namespaces is read as a dict's
+    item is (any but a private one), by _slow_getattr and by generated code (the Lookup
+    spec's ``reads_namespaces``)."""
+    return name[:1] != "_"
 
 
 def _macro_maker(signature: tuple, invoke: Callable[..., Any]) -> Callable[[Scope], Macro]:

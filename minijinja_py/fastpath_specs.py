@@ -185,14 +185,17 @@ class Name(Spec):
 
 
 class Lookup(Spec):
-    """``operand.key`` or ``operand['key']``: a dict's item, else ``slow(obj, scope)``."""
+    """``operand.key`` or ``operand['key']``: a dict's item, else ``slow(obj, scope)``;
+    with ``reads_namespaces`` (``obj.key``, a key not private), one of the engine's
+    namespaces holding the key answers as a dict does."""
 
-    __slots__ = ("operand", "key", "slow")
+    __slots__ = ("operand", "key", "slow", "reads_namespaces")
 
-    def __init__(self, operand: Any, key: Any, slow: Any) -> None:
+    def __init__(self, operand: Any, key: Any, slow: Any, reads_namespaces: bool) -> None:
         self.operand = operand
         self.key = key
         self.slow = slow
+        self.reads_namespaces = reads_namespaces
 
 
 class Index(Spec):
