@@ -16,7 +16,7 @@ from .exceptions import (DeadlineExceededError, FilterArgumentError, LimitExceed
                          SourceTooLargeError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, UndefinedError)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
