@@ -3,7 +3,7 @@
 ``tools/check_docs_site.py`` builds the site with ``mkdocs build --strict`` and opens the home
 page, a guide page and the API reference in headless Chromium (see its docstring for what it
 checks). It needs the ``docs`` extra (``pip install ".[docs]"``) and Debian's ``chromium``;
-without them the test skips and says which is missing. The other tests check the checker: the
+without them the test skips and the run's summary says which is missing. The other tests check the checker: the
 docstring rewriting the API reference relies on, and that a page whose scripts did not run, or
 without navigation, fails.
 """
@@ -37,6 +37,7 @@ def _missing_docs_packages() -> list:
     return missing
 
 
+@pytest.mark.announce_skip
 def test_site_builds_strictly_and_renders_in_chromium(tmp_path: Path) -> None:
     missing = _missing_docs_packages()
     if missing:
