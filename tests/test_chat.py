@@ -247,6 +247,23 @@ def test_render_with_spans() -> None:
     assert ChatTemplate(SPANS).render(messages) == result.text
 
 
+def test_a_render_result_is_an_immutable_value() -> None:
+    """RenderResult is a plain class (importing dataclasses slowed the first render) that
+    behaves as the frozen dataclass did: equal by value, read-only, picklable (and now
+    hashable too)."""
+    import pickle
+
+    result = mj.RenderResult("<a>hi", [(3, 5)])
+    assert result == mj.RenderResult("<a>hi", [(3, 5)]) != mj.RenderResult("<a>hi", [])
+    assert hash(result) == hash(mj.RenderResult("<a>hi", [(3, 5)]))
+    assert repr(result) == "RenderResult(text='<a>hi', generation_spans=[(3, 5)])"
+    assert mj.RenderResult("x").generation_spans == []
+    assert pickle.loads(pickle.dumps(result)) == result
+    for name in ("text", "generation_spans", "other"):
+        with pytest.raises(AttributeError):
+            setattr(result, name, None)
+
+
 def test_spans_are_clipped_to_a_continued_message() -> None:
     result = ChatTemplate(SPANS).render_with_spans(CONVERSATION, continue_final_message=True)
     assert result.text == "<user>Which river?<assistant>The river is"

@@ -27,24 +27,34 @@ token ids and masks (``tokenize=True``) are :mod:`minijinja_py.chat.tokens`.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _datetime
-import inspect
 import os
+import sys
 from collections import OrderedDict, abc
-from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from types import FunctionType, MethodType
 
-from ..environment import Environment, Template, chat_environment
+from ..environment import chat_environment
 from ..exceptions import TemplateError
-from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, _special_tokens_of,
-                     load_chat_config, select_template)
-from .schema import get_json_schema
 
-if TYPE_CHECKING:  # pragma: no cover
+# Only what the first render needs is imported here: a fresh process that renders one chat
+# template pays for every module imported on the way, and dataclasses, inspect, json, pathlib
+# and typing (imported by the config loader, the tokenizer layer and the tool schemas) used to
+# double the cost of the engine's own cold start. The config loader (.config) and the tool
+# schemas (.schema) are imported when a render first needs them; tests/test_cold_start.py
+# checks what a first render loads.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
+    import datetime
+    from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                        Union)
+
     from .. import ProvenanceResult
+    from ..environment import Environment, Template
+    from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
+                         select_template)
     from .tokens import ChatTokenizer
+
+    PathLike = Union[str, "os.PathLike[str]"]
+    Now = Union[None, datetime.datetime, Callable[[], Any]]
 
 __all__ = [
     "ChatTemplate",
@@ -61,8 +71,20 @@ __all__ = [
     "SPECIAL_TOKEN_NAMES",
 ]
 
-PathLike = Union[str, "os.PathLike[str]"]
-Now = Union[None, _datetime.datetime, Callable[[], Any]]
+# The names of .config this module has always offered, imported when first asked for.
+_FROM_CONFIG = frozenset({"ChatConfig", "ChatConfigError", "load_chat_config",
+                          "select_template", "SPECIAL_TOKEN_NAMES"})
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_CONFIG:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import config
+
+    value = getattr(config, name)
+    globals()[name] = value
+    return value
+
 
 #: Appended to the final message by ``continue_final_message``; the output is cut where it lands.
 #: It is transformers' own marker: templates that transform the text (strip, split, length...)
@@ -86,17 +108,46 @@ class ChatTemplateValueError(TemplateError, ValueError):
 
 
 # ---- results ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
 class RenderResult:
     """A rendered prompt and the character spans of its ``{% generation %}`` blocks.
 
     ``generation_spans`` holds ``(start, end)`` offsets into ``text``, one per generation block in
     render order, as transformers' ``return_assistant_tokens_mask`` computes them before
-    tokenizing.
+    tokenizing. Immutable; two results are equal when both fields are.
     """
 
+    # (a hand-written frozen record rather than a dataclass: importing dataclasses costs a
+    # fresh process more than the rest of this module, see the imports above)
+    __slots__ = ("text", "generation_spans")
+
     text: str
-    generation_spans: List[Tuple[int, int]] = field(default_factory=list)
+    generation_spans: List[Tuple[int, int]]
+
+    def __init__(self, text: str, generation_spans: Optional[List[Tuple[int, int]]] = None
+                 ) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "generation_spans",
+                           [] if generation_spans is None else generation_spans)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a RenderResult is immutable")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.text, self.generation_spans) == (other.text,  # type: ignore[attr-defined]
+                                                      other.generation_spans)  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash((self.text, tuple(self.generation_spans)))
+
+    def __repr__(self) -> str:
+        return f"RenderResult(text={self.text!r}, generation_spans={self.generation_spans!r})"
+
+    def __reduce__(self) -> Any:
+        return (RenderResult, (self.text, self.generation_spans))
 
     def generation_texts(self) -> List[str]:
         """The text of each generation span (what an assistant mask would cover)."""
@@ -107,8 +158,13 @@ class RenderResult:
 
 
 # ---- step 2 and 5: plain data ----------------------------------------------------------------
-def _is_dataclass_instance(value: Any) -> bool:
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+def _dataclass_fields(value: Any) -> Optional[Tuple[Any, ...]]:
+    """The fields of a dataclass instance, None for anything else. Without the dataclasses
+    module loaded no dataclass exists, so it is never imported here for nothing."""
+    dataclasses = sys.modules.get("dataclasses")
+    if dataclasses is None or isinstance(value, type) or not dataclasses.is_dataclass(value):
+        return None
+    return dataclasses.fields(value)
 
 
 def _has_model_dump(value: Any) -> bool:
@@ -129,11 +185,10 @@ def _objects_to_dicts(value: Any, depth: int = 0) -> Any:
         return [_objects_to_dicts(item, depth + 1) for item in value]
     if isinstance(value, tuple):
         return tuple(_objects_to_dicts(item, depth + 1) for item in value)
-    if _is_dataclass_instance(value):
-        result = {}
-        for dc_field in dataclasses.fields(value):
-            result[dc_field.name] = _objects_to_dicts(getattr(value, dc_field.name), depth + 1)
-        return result
+    fields = _dataclass_fields(value)
+    if fields is not None:
+        return {field.name: _objects_to_dicts(getattr(value, field.name), depth + 1)
+                for field in fields}
     if _has_model_dump(value):
         return _objects_to_dicts(value.model_dump(), depth + 1)
     return value
@@ -176,11 +231,10 @@ def plain_template_data(value: Any, _depth: int = 0) -> Any:
         return tuple(plain_template_data(item, _depth + 1) for item in value)
     if _is_numpy_scalar(value):
         return plain_template_data(value.item(), _depth + 1)
-    if _is_dataclass_instance(value):
-        result = {}
-        for dc_field in dataclasses.fields(value):
-            result[dc_field.name] = plain_template_data(getattr(value, dc_field.name), _depth + 1)
-        return result
+    fields = _dataclass_fields(value)
+    if fields is not None:
+        return {field.name: plain_template_data(getattr(value, field.name), _depth + 1)
+                for field in fields}
     if _has_model_dump(value):
         return plain_template_data(value.model_dump(), _depth + 1)
     return f"<{type(value).__name__}>"
@@ -240,7 +294,9 @@ def _tool_schemas(tools: Any) -> Optional[List[Any]]:
     for tool in tools:
         if isinstance(tool, abc.Mapping):
             schemas.append(tool)
-        elif inspect.isfunction(tool) or inspect.ismethod(tool):
+        elif isinstance(tool, (FunctionType, MethodType)):  # inspect.isfunction/ismethod
+            from .schema import get_json_schema
+
             schemas.append(get_json_schema(tool))
         else:
             raise ValueError("Tools should either be a JSON schema, or a callable function with "
@@ -388,6 +444,8 @@ class ChatTemplate:
         and JSON), :class:`~minijinja_py.chat.gguf.GGUFError` for a corrupt GGUF file, and
         :class:`~minijinja_py.TemplateSyntaxError` when the template does not parse.
         """
+        from .config import load_chat_config, select_template
+
         config = load_chat_config(path_or_dict)
         selected, source = select_template(config.templates, name=name, tools=tools)
         label = config.origin
@@ -522,6 +580,13 @@ def _looks_like_template(text: str) -> bool:
     return "{{" in text or "{%" in text or "{#" in text or "\n" in text
 
 
+def _is_chat_tokenizer(value: Any) -> bool:
+    # Until the tokenizer layer is imported no ChatTokenizer exists: a plain render does not
+    # import it (see the imports at the top)
+    tokens = sys.modules.get(f"{__package__}.tokens")
+    return tokens is not None and isinstance(value, tokens.ChatTokenizer)
+
+
 def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any], ChatTemplate,
                                               "ChatTokenizer"],
                         /, messages: Any, tools: Optional[Sequence[Any]] = None,
@@ -559,16 +624,16 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
     ``sanitize_control_tokens`` need ``tokenize=True`` (ValueError otherwise) and the padding
     options are ignored without it.
     """
-    from .tokens import ChatTokenizer, load_tokenizer
-
     if return_assistant_tokens_mask and not (return_dict and tokenize):
         raise ValueError("`return_assistant_tokens_mask=True` requires `return_dict=True` and "
                          "`tokenize=True`")
     if sanitize_control_tokens and not tokenize:
         raise ValueError("`sanitize_control_tokens=True` requires `tokenize=True`.")
 
-    if tokenize or isinstance(source_or_config, ChatTokenizer):
-        if isinstance(source_or_config, ChatTokenizer):
+    if tokenize or _is_chat_tokenizer(source_or_config):
+        from .tokens import load_tokenizer
+
+        if _is_chat_tokenizer(source_or_config):
             tokenizer = source_or_config
         elif isinstance(source_or_config, os.PathLike) or (
                 isinstance(source_or_config, str) and not _looks_like_template(source_or_config)
@@ -582,6 +647,8 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
         if chat_template is None and template_name is not None:
             chat_template = template_name
             if template_name not in tokenizer.chat_templates:
+                from .config import select_template
+
                 select_template(tokenizer.chat_templates, name=template_name)  # its error
         return tokenizer.apply_chat_template(
             messages, tools=tools, documents=documents, chat_template=chat_template,
@@ -618,6 +685,9 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
 def _special_tokens_only(source: Union[PathLike, Mapping[str, Any]]) -> Dict[str, str]:
     """The special tokens of a config, folder or file whose own template is not used (it may
     have none)."""
+    from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder,
+                         _special_tokens_of, load_chat_config)
+
     if isinstance(source, abc.Mapping):
         return _special_tokens_of(source)
     try:
@@ -627,8 +697,6 @@ def _special_tokens_only(source: Union[PathLike, Mapping[str, Any]]) -> Dict[str
         if not os.path.isdir(directory):
             raise
     from pathlib import Path
-
-    from .config import TOKENIZER_CONFIG_FILE, _ModelFolder
 
     config = _ModelFolder(Path(directory)).read_json(Path(directory) / TOKENIZER_CONFIG_FILE)
     return _special_tokens_of(config) if isinstance(config, dict) else {}

@@ -55,11 +55,12 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder, _special_tokens_of,
                      load_chat_config, select_template)
 from ..exceptions import TemplateError
-from .pipeline import (ChatTemplate, ChatTemplateValueError, Now, _normalize_conversation)
+from .pipeline import ChatTemplate, ChatTemplateValueError, _normalize_conversation
 from .tokenizer_caps import check_tokenizer_config, check_tokenizer_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    from .pipeline import Now
     from .provenance_uses import AssistantMaskRule, SanitizeRule
 
 __all__ = [
