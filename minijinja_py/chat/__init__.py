@@ -33,7 +33,7 @@ _LAZY = {
     "TOKENIZER_CONFIG_FILE": "config", "MAX_CONFIG_BYTES": "config",
     "MAX_FOLDER_BYTES": "config",
     "ChatTokenizer": "tokens", "ChatEncoding": "tokens", "TokenizersNotInstalledError": "tokens",
-    "UnencodableTextError": "tokens",
+    "UnencodableTextError": "tokens", "TensorLibraryNotInstalledError": "tokenizer_api",
     "load_tokenizer": "tokens",
 }
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
                            ChatTemplateValueError, RenderResult, apply_chat_template,
                            plain_template_data)
+    from .tokenizer_api import TensorLibraryNotInstalledError
     from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
                          UnencodableTextError, load_tokenizer)
 

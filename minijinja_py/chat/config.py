@@ -22,7 +22,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["ChatConfig", "ChatConfigError", "load_chat_config", "select_template",
            "CHAT_TEMPLATE_FILE", "CHAT_TEMPLATE_DIR", "TOKENIZER_CONFIG_FILE",
@@ -280,6 +280,17 @@ def _special_tokens_of(config: Mapping[str, Any]) -> Dict[str, str]:
             if text is not None:
                 tokens[str(key)] = text
     return tokens
+
+
+def _extra_special_tokens_of(config: Mapping[str, Any]) -> List[str]:
+    """The special tokens a config lists without names: ``extra_special_tokens`` as a list, or
+    the older ``additional_special_tokens`` (transformers 5 reads the latter as the former)."""
+    extra = config.get("extra_special_tokens")
+    if extra is None:
+        extra = config.get("additional_special_tokens")
+    if not isinstance(extra, (list, tuple)):
+        return []
+    return [text for text in map(_token_text, extra) if text is not None]
 
 
 def _templates_of(value: Any, origin: str) -> Dict[str, str]:
