@@ -489,3 +489,119 @@ def test_filters_do_not_modify_caller_data() -> None:
               "{% for m in messages %}{% set m = 1 %}{% endfor %}{{ messages|tojson }}")
     mj.chat_environment().from_string(source).render(**given)
     assert given == before
+
+
+# -- callables the host marks as unsafe (alters_data / unsafe_callable) ---------------------------
+# Jinja2's sandbox refuses to call anything whose ``alters_data`` or ``unsafe_callable`` attribute
+# is true (Django's convention for methods such as ``delete``), however the template reached it:
+# a function, a bound method, a host object's method read as an attribute, an item or through
+# ``attr``, a class or static method, a callable object. The method wrapper of host methods
+# once hid the marks, so ``{{ o.delete() }}`` ran the method.
+MARKS = ("alters_data", "unsafe_callable")
+
+# (id, source): each calls the callable named ``target`` of the data made by _marked_data
+MARKED_CALLS = [
+    ("function", "{{ function() }}"),
+    ("bound-method", "{{ bound() }}"),
+    ("host-method", "{{ o.target() }}"),
+    ("host-method-item", "{{ o['target']() }}"),
+    ("host-method-attr-filter", "{{ (o|attr('target'))() }}"),
+    ("host-method-set", "{% set m = o.target %}{{ m() }}"),
+    ("host-method-in-loop", "{% for m in [o.target] %}{{ m() }}{% endfor %}"),
+    ("classmethod", "{{ o.by_class() }}"),
+    ("staticmethod", "{{ o.by_static() }}"),
+    ("callable-object", "{{ callable_object() }}"),
+    ("dict-subclass-method", "{{ mapping.target() }}"),
+    ("tuple-subclass-method", "{{ pair.target() }}"),
+]
+
+
+def _marked_data(mark: str, marked: bool) -> tuple:
+    """(data, calls): host callables of every shape, each marked with ``mark`` when ``marked``;
+    ``calls`` records each call that reached the host."""
+    calls: list = []
+
+    def flagged(function: Any) -> Any:
+        if marked:
+            setattr(function, mark, True)
+        return function
+
+    @flagged
+    def function() -> str:
+        calls.append("function")
+        return "DONE"
+
+    class Host:
+        @flagged
+        def target(self) -> str:
+            calls.append("target")
+            return "DONE"
+
+        @classmethod
+        @flagged
+        def by_class(cls) -> str:
+            calls.append("by_class")
+            return "DONE"
+
+        @staticmethod
+        @flagged
+        def by_static() -> str:
+            calls.append("by_static")
+            return "DONE"
+
+    class CallableObject:
+        def __call__(self) -> str:
+            calls.append("callable_object")
+            return "DONE"
+
+    class Mapping(dict):
+        target = Host.target
+
+    class Pair(tuple):
+        target = Host.target
+
+    callable_object = CallableObject()
+    if marked:
+        setattr(callable_object, mark, True)
+    return ({"function": function, "bound": Host().target, "o": Host(),
+             "callable_object": callable_object, "mapping": Mapping(a=1),
+             "pair": Pair((1, 2))}, calls)
+
+
+@pytest.mark.parametrize("mark", MARKS)
+@pytest.mark.parametrize("source", [c[1] for c in MARKED_CALLS], ids=[c[0] for c in MARKED_CALLS])
+def test_marked_host_callables_are_refused_as_jinja2_refuses_them(mark: str, source: str) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    reference, reference_calls = _marked_data(mark, marked=True)
+    with pytest.raises(SecurityError, match="is not safely callable"):
+        ImmutableSandboxedEnvironment().from_string(source).render(**reference)
+    assert reference_calls == []
+    given, calls = _marked_data(mark, marked=True)
+    with pytest.raises(mj.SecurityError) as info:
+        mj.chat_environment().from_string(source).render(**given)
+    assert info.value.message.endswith(" is not safely callable"), info.value.message
+    assert info.value.lineno == 1
+    assert calls == [], "the host's marked callable ran"
+
+
+@pytest.mark.parametrize("source", [c[1] for c in MARKED_CALLS], ids=[c[0] for c in MARKED_CALLS])
+def test_unmarked_host_callables_are_called_as_jinja2_calls_them(source: str) -> None:
+    """The same shapes unmarked: called, in both engines (each reaches the call the marks stop)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    reference, reference_calls = _marked_data("alters_data", marked=False)
+    expected = ImmutableSandboxedEnvironment().from_string(source).render(**reference)
+    given, calls = _marked_data("alters_data", marked=False)
+    assert mj.chat_environment().from_string(source).render(**given) == expected == "DONE"
+    assert calls == reference_calls and len(calls) == 1
+
+
+@pytest.mark.parametrize("mark", MARKS)
+def test_marked_host_methods_print_without_being_called(mark: str) -> None:
+    """Only calling is refused: a template may still print or pass a marked method, as in Jinja2."""
+    given, calls = _marked_data(mark, marked=True)
+    text = mj.chat_environment().from_string(
+        "{{ o.target }}|{{ o.target is callable }}|{{ mapping.target is defined }}").render(**given)
+    assert text == "<built-in method target of Host object>|True|True"
+    assert calls == []
