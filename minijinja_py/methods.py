@@ -181,8 +181,9 @@ def _list_extend(value: list, iterable: Any) -> None:
 
 
 def _str_expandtabs(value: str, tabsize: int = 8) -> str:
+    """``str.expandtabs``: each tab becomes at most ``tabsize`` spaces."""
     if isinstance(tabsize, int):
-        check_repeat_size(max(tabsize, 1), value.count("\t") + 1)
+        check_string_size(len(value) + value.count("\t") * (max(tabsize, 1) - 1))
     return value.expandtabs(tabsize)
 
 

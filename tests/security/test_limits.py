@@ -19,8 +19,10 @@ Some templates are not stopped by one specific limit but must still be stopped b
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+from pathlib import Path
 from typing import Any, Optional, Tuple
 
 import pytest
@@ -59,10 +61,35 @@ def test_every_field_is_covered() -> None:
     import inspect
 
     parameters = inspect.signature(mj.Limits).parameters
-    assert set(parameters) == set(FIELDS)
+    assert set(parameters) == set(FIELDS) == set(mj.Limits.FIELDS) == set(DOCUMENTED_DEFAULTS)
+
+
+#: The defaults as the README's limits table documents them (copied here, not read from
+#: Limits: a default changed by mistake must fail this test, and one changed on purpose
+#: changes the README, this table and the code together).
+DOCUMENTED_DEFAULTS = {
+    "max_range": 100_000, "max_output_size": 200_000_000, "max_string_size": 50_000_000,
+    "max_collection_size": 10_000_000, "max_int_digits": 4_300, "max_recursion": 100,
+    "max_nesting": 128, "max_steps": 50_000_000, "max_source_size": 1_000_000,
+    "max_seconds": 10.0,
+}
+
+
+def test_defaults_are_documented_values() -> None:
     defaults = mj.Limits()
-    for field in FIELDS:
-        assert getattr(defaults, field) == parameters[field].default
+    assert {field: getattr(defaults, field) for field in FIELDS} == DOCUMENTED_DEFAULTS
+    assert mj.Limits() == mj.Limits(**DOCUMENTED_DEFAULTS)
+    # what an environment uses when given no limits, and what a render outside one sees
+    assert mj.chat_environment().limits == mj.Limits(**DOCUMENTED_DEFAULTS)
+    assert mj.Environment().limits == mj.Limits(**DOCUMENTED_DEFAULTS)
+
+
+def test_defaults_are_documented_in_the_readme_table() -> None:
+    """The README's table says what DOCUMENTED_DEFAULTS says (the two are kept together)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\s*\| `(max_\w+)` \| ([\d,.]+) \|", readme, re.MULTILINE))
+    assert {field: float(text.replace(",", "")) for field, text in rows.items()} == \
+        {field: float(value) for field, value in DOCUMENTED_DEFAULTS.items()}
 
 
 # (field or fields accepted, id, source, data_expr)
@@ -408,16 +435,164 @@ def test_raised_limit_allows_more(field: str, low: int, refused: str, high: int,
     assert _render(accepted, mj.Limits(**{field: high})) == output
 
 
-def test_limit_exactly_at_the_boundary() -> None:
-    assert _render("{{ range(10)|length }}", mj.Limits(max_range=10)) == "10"
-    assert _render("{{ ('x' * 100)|length }}", mj.Limits(max_string_size=100)) == "100"
-    assert _render("{{ ([1] * 10)|length }}", mj.Limits(max_collection_size=10)) == "10"
-    assert _render("{{ 'x' * 100 }}", mj.Limits(max_output_size=100)) == "x" * 100
-    assert _render("{{ 'x' * 50 }}{{ 'y' * 50 }}", mj.Limits(max_output_size=100)) == (
-        "x" * 50 + "y" * 50)
-    _refused("{{ 'x' * 50 }}{{ 'y' * 51 }}", "max_output_size", mj.Limits(max_output_size=100))
-    _refused("{% for i in range(101) %}x{% endfor %}", "max_output_size",
-             mj.Limits(max_output_size=100))
+def _nested(depth: int, kind: type = list) -> Any:
+    """``depth`` containers of ``kind``, one inside the other, around a 1."""
+    value: Any = 1
+    for _ in range(depth):
+        value = kind([value])
+    return value
+
+
+MUTABLE = {"immutable": False}
+_RECURSE = ("{% macro m(n) %}{% if n %}{{ m(n - 1) }}{% else %}bottom{% endif %}{% endmacro %}"
+            "{{ m(depth) }}")
+_LOOP_DOWN = ("{% for a in x recursive %}{% if a is iterable %}{{ loop(a) }}{% else %}{{ a }}"
+              "{% endif %}{% endfor %}")
+#: Every limit at its exact boundary: (id, the Limits, the template at the limit and its
+#: output, the same template one unit over it, its data at and over the limit, environment
+#: options). The one over is refused by the limit named (its message names that field first).
+#: Where a check bounds what it will build by an estimate before building it (printf widths,
+#: translate tables, serialisers), the boundary is the estimate's, as its row says.
+BOUNDARIES = [
+    ("range", {"max_range": 10}, "{{ range(n)|length }}", "10", {"n": 10}, {"n": 11}, None),
+    ("string-times", {"max_string_size": 100}, "{{ ('x' * n)|length }}", "100", {"n": 100},
+     {"n": 101}, None),
+    ("center-method", {"max_string_size": 25}, "{{ 'x'.center(n)|length }}", "25", {"n": 25},
+     {"n": 26}, None),
+    ("center-filter", {"max_string_size": 100}, "{{ 'x'|center(n)|length }}", "100", {"n": 100},
+     {"n": 101}, None),
+    ("ljust", {"max_string_size": 100}, "{{ 'x'.ljust(n)|length }}", "100", {"n": 100},
+     {"n": 101}, None),
+    ("rjust", {"max_string_size": 100}, "{{ 'x'.rjust(n, '-')|length }}", "100", {"n": 100},
+     {"n": 101}, None),
+    ("zfill", {"max_string_size": 100}, "{{ '1'.zfill(n)|length }}", "100", {"n": 100},
+     {"n": 101}, None),
+    ("format-width", {"max_string_size": 100}, "{{ ('{:>' ~ n ~ '}').format('x')|length }}",
+     "100", {"n": 100}, {"n": 101}, None),
+    ("format-width-ten-digits", {"max_string_size": 100}, "{{ s.format('x')|length }}", "1",
+     {"s": "{:>1}"}, {"s": "{:>9999999999}"}, None),
+    ("indent-width", {"max_string_size": 100}, "{{ 'x\nyz'|indent(n, true)|length }}", "100",
+     {"n": 48}, {"n": 49}, None),
+    ("indent-one-line", {"max_string_size": 100}, "{{ 'x'|indent(n, true)|length }}", "100",
+     {"n": 99}, {"n": 100}, None),
+    ("indent-blank-lines", {"max_string_size": 100},
+     "{{ 'x\n\ny'|indent(pad, true, true)|length }}", "100", {"pad": "-" * 32},
+     {"pad": "-" * 33}, None),
+    ("join-method", {"max_string_size": 100}, "{{ '-'.join(items)|length }}", "100",
+     {"items": ["x" * 10] * 9 + ["x"]}, {"items": ["x" * 10] * 9 + ["xx"]}, None),
+    ("join-method-separator", {"max_string_size": 100},
+     "{{ sep.join(['a', 'bb', 'c'])|length }}", "100", {"sep": "-" * 48}, {"sep": "-" * 49},
+     None),
+    ("join-filter", {"max_string_size": 100}, "{{ items|join('-')|length }}", "100",
+     {"items": ["x" * 10] * 9 + ["x"]}, {"items": ["x" * 10] * 9 + ["xx"]}, None),
+    ("replace-method", {"max_string_size": 100}, "{{ s.replace('a', 'bb')|length }}", "100",
+     {"s": "a" * 50}, {"s": "a" * 51}, None),
+    ("replace-filter", {"max_string_size": 100}, "{{ s|replace('a', 'bb')|length }}", "100",
+     {"s": "a" * 50}, {"s": "a" * 51}, None),
+    ("replace-filter-count", {"max_string_size": 100},
+     "{{ ('a' * 60)|replace('a', 'bb', n)|length }}", "100", {"n": 40}, {"n": 41}, None),
+    ("expandtabs", {"max_string_size": 100}, "{{ s.expandtabs(10)|length }}", "100",
+     {"s": "y" * 90 + "\t"}, {"s": "y" * 100 + "\t"}, None),
+    ("expandtabs-many", {"max_string_size": 100}, "{{ s.expandtabs(n)|length }}", "100",
+     {"s": "\t" * 10, "n": 10}, {"s": "\t" * 10, "n": 11}, None),
+    # (an estimate: every character may become the table's longest value)
+    ("translate", {"max_string_size": 100}, "{{ s.translate({97: 'xxxx'})|length }}", "96",
+     {"s": "a" * 24}, {"s": "a" * 26}, None),
+    # (an estimate: the template's own characters count, and each field's width)
+    ("printf-width", {"max_string_size": 100}, "{{ ('%' ~ n ~ 's')|format('x')|length }}", "94",
+     {"n": 94}, {"n": 101}, None),
+    ("tojson-indent", {"max_string_size": 100}, "{{ [1]|tojson(indent=n)|length }}", "99",
+     {"n": 94}, {"n": 95}, None),
+    ("string-of-a-list", {"max_string_size": 100}, "{{ x|string|length }}", "98",
+     {"x": ["x" * 45, "y" * 45]}, {"x": ["x" * 46, "y" * 46]}, None),
+    ("pprint", {"max_string_size": 100}, "{{ x|pprint|length }}", "87",
+     {"x": ["x" * 39, "y" * 39]}, {"x": ["x" * 46, "y" * 46]}, None),
+    ("wordwrap", {"max_string_size": 100}, "{{ s|wordwrap(5, true, '--')|length }}", "100",
+     {"s": "ab " * 28 + "ab"}, {"s": "ab " * 29 + "a"}, None),
+    ("list-times", {"max_collection_size": 10}, "{{ ([1] * n)|length }}", "10", {"n": 10},
+     {"n": 11}, None),
+    ("list-plus", {"max_collection_size": 10}, "{{ (x + [1])|length }}", "10",
+     {"x": [0] * 9}, {"x": [0] * 10}, None),
+    ("list-filter-of-a-string", {"max_collection_size": 10}, "{{ s|list|length }}", "10",
+     {"s": "x" * 10}, {"s": "x" * 11}, None),
+    ("loop-over-a-string", {"max_collection_size": 10},
+     "{% for c in s %}{% endfor %}{{ s|length }}", "10", {"s": "x" * 10}, {"s": "x" * 11},
+     None),
+    ("batch-fill", {"max_collection_size": 10}, "{{ [1]|batch(n, 0)|first|length }}", "10",
+     {"n": 10}, {"n": 11}, None),
+    ("slice-fill", {"max_collection_size": 10}, "{{ [1]|slice(n, 0)|list|length }}", "10",
+     {"n": 10}, {"n": 11}, None),
+    ("sum-of-lists", {"max_collection_size": 10}, "{{ x|sum(start=[])|length }}", "10",
+     {"x": [[1] * 5, [2] * 5]}, {"x": [[1] * 5, [2] * 6]}, None),
+    ("list-extend", {"max_collection_size": 10},
+     "{% set l = [1] * 5 %}{% set _ = l.extend(x) %}{{ l|length }}", "10", {"x": [2] * 5},
+     {"x": [2] * 6}, MUTABLE),
+    ("tuple-nesting", {"max_recursion": 5}, "{{ (x, 1)|length }}", "2",
+     {"x": _nested(4, tuple)}, {"x": _nested(5, tuple)}, None),
+    ("tuple-nesting-kept-by-a-mutator", {"max_recursion": 5},
+     "{% set l = [] %}{% set _ = l.append((x, 1)) %}{{ l|length }}", "1",
+     {"x": _nested(4, tuple)}, {"x": _nested(5, tuple)}, MUTABLE),
+    ("tuple-nesting-kept-by-keyword", {"max_recursion": 5},
+     "{% set d = {} %}{% set _ = d.update(k=(x, 1)) %}{{ d|length }}", "1",
+     {"x": _nested(4, tuple)}, {"x": _nested(5, tuple)}, MUTABLE),
+    ("comparison-paths", {"max_collection_size": 10}, "{{ (x == y) }}", "True",
+     {"x": [[1] * 4, [1] * 4], "y": [[1] * 4, [1] * 4]},
+     {"x": [[1] * 4, [1] * 5], "y": [[1] * 4, [1] * 5]}, None),
+    ("int-power", {"max_int_digits": 400}, "{{ (10 ** n)|string|length }}", "400", {"n": 399},
+     {"n": 400}, None),
+    ("int-product", {"max_int_digits": 400}, "{{ (x * 10)|string|length }}", "400",
+     {"x": 10 ** 398}, {"x": 10 ** 399}, None),
+    ("int-from-bytes", {"max_int_digits": 10},
+     "{{ (1).from_bytes(x, 'big')|string|length }}", "10", {"x": [255] * 4}, {"x": [255] * 5},
+     None),
+    ("macro-recursion", {"max_recursion": 5}, _RECURSE, "bottom", {"depth": 4}, {"depth": 5},
+     None),
+    # the outer loop is not a recursion: max_recursion calls of loop() below it
+    ("recursive-loop", {"max_recursion": 5}, _LOOP_DOWN, "1", {"x": _nested(6)},
+     {"x": _nested(7)}, None),
+    # data nested max_recursion + 1 deep: the outermost container is level 0
+    ("tojson-nesting", {"max_recursion": 5}, "{{ x|tojson }}", "[[[[[[1]]]]]]",
+     {"x": _nested(6)}, {"x": _nested(7)}, None),
+    ("pprint-nesting", {"max_recursion": 5}, "{{ x|pprint }}", "[[[[[[1]]]]]]",
+     {"x": _nested(6)}, {"x": _nested(7)}, None),
+    ("print-nesting", {"max_recursion": 5}, "{{ x }}", "[[[[[[1]]]]]]", {"x": _nested(6)},
+     {"x": _nested(7)}, None),
+    ("output-size", {"max_output_size": 100}, "{{ 'x' * 50 }}{{ 'y' * n }}", "x" * 50 + "y" * 50,
+     {"n": 50}, {"n": 51}, None),
+    ("output-size-of-a-loop", {"max_output_size": 100},
+     "{% for i in range(n) %}x{% endfor %}", "x" * 100, {"n": 100}, {"n": 101}, None),
+]
+
+
+@pytest.mark.parametrize("limits,source,output,at,over,options",
+                         [b[1:] for b in BOUNDARIES], ids=[b[0] for b in BOUNDARIES])
+def test_limit_exactly_at_the_boundary(limits: dict, source: str, output: str, at: dict,
+                                       over: dict, options: Optional[dict]) -> None:
+    field = next(iter(limits))
+    env = mj.Environment(limits=mj.Limits(**limits), **options) if options is not None \
+        else mj.chat_environment(limits=mj.Limits(**limits))
+    assert env.from_string(source).render(**copy.deepcopy(at)) == output
+    with pytest.raises(mj.LimitExceededError) as info:
+        env.from_string(source).render(**copy.deepcopy(over))
+    assert re.findall(r"Limits\.(\w+)", info.value.message)[:1] == [field], info.value.message
+
+
+@pytest.mark.parametrize("limit", [5, 100, 1000])
+def test_source_size_and_nesting_exactly_at_the_boundary(limit: int) -> None:
+    env = mj.chat_environment(limits=mj.Limits(max_source_size=limit))
+    assert env.from_string("x" * limit).render() == "x" * limit
+    with pytest.raises(mj.SourceTooLargeError) as info:
+        env.from_string("x" * (limit + 1))
+    assert "Limits.max_source_size" in info.value.message
+    depth = min(limit, 120)
+    env = mj.chat_environment(limits=mj.Limits(max_nesting=depth))
+    assert env.from_string("{{ " + "(" * depth + "1" + ")" * depth + " }}").render() == "1"
+    assert env.from_string("{% if true %}" * depth + "x" + "{% endif %}" * depth).render() == "x"
+    for source in ("{{ " + "(" * (depth + 1) + "1" + ")" * (depth + 1) + " }}",
+                   "{% if true %}" * (depth + 1) + "x" + "{% endif %}" * (depth + 1)):
+        with pytest.raises(mj.LimitExceededError) as info:
+            env.from_string(source)
+        assert "Limits.max_nesting" in info.value.message
 
 
 @pytest.mark.parametrize("source", [
