@@ -12,6 +12,7 @@ from minijinja_py import diskcache, parser
 from minijinja_py import nodes as n
 
 from corpus_support import CORPUS, corpus_available, template_source
+from forked import run_forked
 
 
 @pytest.fixture()
@@ -185,7 +186,6 @@ def _forge_entry(cache_dir, source, payload: bytes) -> str:
 
 def test_payload_whose_references_expand_exponentially_is_refused_quickly(cache_dir) -> None:
     import marshal
-    import time
 
     # 2**60 leaves behind a few hundred bytes: marshal format 4 shares objects (FLAG_REF)
     leaf = (diskcache._NODE_INDEX[n.Const], 1, 1, "x")
@@ -198,10 +198,21 @@ def test_payload_whose_references_expand_exponentially_is_refused_quickly(cache_
     payload = marshal.dumps((diskcache._MAGIC, _digest(source), template), 4)
     assert len(payload) < 1000
     key = _forge_entry(cache_dir, source, payload)
-    start = time.thread_time()  # (CPU time: the wall clock grows with the machine's load)
-    assert diskcache.load(key) is None
+    # in a child with its own timeout: a decoder without its item budget would walk the 2**61
+    # leaves for ever (CPU-bound, no memory to run out of) and must fail the test, not hang it
+    loaded, seconds = run_forked(_load_timed, key, timeout=30.0)
+    assert loaded is None
+    assert seconds < 1.0  # (CPU time: the wall clock grows with the machine's load)
     assert mj.chat_environment().from_string(source).render() == "fine"
-    assert time.thread_time() - start < 1.0
+
+
+def _load_timed(key: str) -> tuple:
+    """(what diskcache.load(key) returns, the CPU seconds it took)."""
+    import time
+
+    start = time.thread_time()
+    loaded = diskcache.load(key)
+    return loaded, time.thread_time() - start
 
 
 def test_entries_are_written_without_back_references() -> None:
