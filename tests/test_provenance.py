@@ -233,6 +233,26 @@ def test_a_constant_concatenation_folded_while_compiling_is_template_text():
         ("|", "template", 0), ("4", "template", None)]
 
 
+def test_text_computed_from_template_literals_alone_is_the_first_literals():
+    """Text a filter computes from several literals (and no input) is attributed to the
+    first of them, where the expression starts: `('ab' ~ 'cd')|urlencode` is the text
+    of the literal at column 5, not of the one at column 12."""
+    result = chat_environment().from_string(
+        "{{ ('ab' ~ 'cd')|urlencode }}\n{{ ('x' ~ 'y' ~ 'z')|upper|urlencode }}"
+    ).render_with_provenance()
+    assert result.text == "abcd\nXYZ"
+    assert [(text, kind, line, column, offset) for text, kind, (line, column), offset
+            in _located_pieces(result)] == [
+        ("abcd", "template", 1, 5, None), ("\n", "template", 1, 30, 0),
+        ("XYZ", "template", 2, 5, None)]
+
+
+def _located_pieces(result):
+    """(text, kind, (line, column), offset within the literal or None) of each run."""
+    return [(result.text[run.start:run.end], run.origin.kind,
+             (run.origin.line, run.origin.column), run.origin.offset) for run in result.runs]
+
+
 def test_template_text_is_located():
     result = _render("ab\n{{ 'cd' }}{{ x }}", x="y")
     first, second, third = result.runs
