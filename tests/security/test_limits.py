@@ -533,6 +533,9 @@ BOUNDARIES = [
     ("comparison-paths", {"max_collection_size": 10}, "{{ (x == y) }}", "True",
      {"x": [[1] * 4, [1] * 4], "y": [[1] * 4, [1] * 4]},
      {"x": [[1] * 4, [1] * 5], "y": [[1] * 4, [1] * 5]}, None),
+    # a list held twice is compared twice: every path down to an item counts
+    ("comparison-paths-shared", {"max_collection_size": 10}, "{{ (x == y) }}", "True",
+     {"x": [[1] * 4] * 2, "y": [[1] * 4] * 2}, {"x": [[1] * 5] * 2, "y": [[1] * 5] * 2}, None),
     ("int-power", {"max_int_digits": 400}, "{{ (10 ** n)|string|length }}", "400", {"n": 399},
      {"n": 400}, None),
     ("int-product", {"max_int_digits": 400}, "{{ (x * 10)|string|length }}", "400",
