@@ -496,3 +496,100 @@ def test_prune_never_raises(tmp_path) -> None:
     assert diskcache.prune(str(tmp_path / "missing")) == 0
     (tmp_path / "file").write_text("x")
     assert diskcache.prune(str(tmp_path / "file")) == 0
+
+
+# ---- what the README promises, and who may write the cache ----------------------------------
+#: The bounds the README's security section documents (copied here, not read from diskcache).
+DOCUMENTED = {"MAX_CACHE_ENTRIES": 4096, "MAX_CACHE_BYTES": 64 * 2 ** 20,
+              "MAX_STORED_SOURCE": 256_000, "SIZE_PER_CHARACTER": 48, "PRUNE_ONE_IN": 32,
+              "STALE_TEMPORARY": 3600, "TOUCH_AFTER": 3600}
+
+
+def test_the_documented_bounds() -> None:
+    assert {name: getattr(diskcache, name) for name in DOCUMENTED} == DOCUMENTED
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o720, 0o707, 0o702])
+def test_a_directory_writable_by_the_group_or_others_is_not_trusted(cache_dir, mode) -> None:
+    source = "{{ 1 + 2 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    assert diskcache.load(entry) is not None
+    os.chmod(cache_dir, mode)
+    try:
+        assert diskcache.load(entry) is None
+        assert diskcache.prune() == 0
+    finally:
+        os.chmod(cache_dir, 0o700)
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602])
+def test_an_entry_writable_by_the_group_or_others_is_neither_used_nor_removed(
+        cache_dir, monkeypatch, mode) -> None:
+    source = "{{ 1 + 3 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    os.chmod(cache_dir / entry, mode)
+    assert diskcache.load(entry) is None
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 0)
+    assert diskcache.prune() == 0 and (cache_dir / entry).exists()
+
+
+def test_an_entry_that_is_a_symbolic_link_is_not_followed(cache_dir) -> None:
+    source = "{{ 1 + 4 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    real = cache_dir.parent / "real-entry"
+    os.rename(cache_dir / entry, real)
+    os.symlink(real, cache_dir / entry)
+    assert diskcache.load(entry) is None
+
+
+def test_the_cache_directory_is_made_private_whatever_the_umask(cache_dir) -> None:
+    previous = os.umask(0)
+    try:
+        mj.chat_environment().from_string("{{ 1 + 5 }}")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
+    assert len(os.listdir(cache_dir)) == 1
+
+
+def test_a_name_with_other_digits_is_not_an_entry(cache_dir, monkeypatch) -> None:
+    """Only names diskcache.entry_key makes are entries: hex digest, '-', ASCII digits
+    (str.isdigit also takes '٣', which int() reads as 3)."""
+    cache_dir.mkdir()
+    os.chmod(cache_dir, 0o700)
+    name = "ab" * 32 + "-\u0663"
+    (cache_dir / name).write_bytes(b"x")
+    assert diskcache._parse_key(name) is None
+    assert diskcache.load(name) is None
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 0)
+    diskcache.prune()
+    assert (cache_dir / name).exists()
+
+
+def test_a_read_marks_an_entry_used_at_most_hourly(cache_dir) -> None:
+    source = "{{ 1 + 6 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    path = cache_dir / entry
+    now = diskcache._now()
+    for age, touched in ((30 * 60, False), (2 * 3600, True)):
+        os.utime(path, (now - age, now - age))
+        assert diskcache.load(entry) is not None
+        assert (os.stat(path).st_mtime > now - 60) is touched, age
+
+
+def test_a_temporary_is_removed_after_an_hour_not_before(cache_dir, monkeypatch) -> None:
+    mj.chat_environment().from_string("{{ 1 + 7 }}")
+    now = diskcache._now()
+    temporaries = {}
+    for age in (30 * 60, 59 * 60, 61 * 60, 5 * 3600):
+        path = cache_dir / f".{'cd' * 32}-9.{age}.tmp"
+        path.write_bytes(b"half written")
+        os.chmod(path, 0o600)
+        os.utime(path, (now - age, now - age))
+        temporaries[age] = path
+    assert diskcache.prune() == 2
+    assert {age for age, path in temporaries.items() if path.exists()} == {30 * 60, 59 * 60}

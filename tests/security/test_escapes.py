@@ -605,3 +605,59 @@ def test_marked_host_methods_print_without_being_called(mark: str) -> None:
         "{{ o.target }}|{{ o.target is callable }}|{{ mapping.target is defined }}").render(**given)
     assert text == "<built-in method target of Host object>|True|True"
     assert calls == []
+
+
+# -- host objects that lead to the interpreter: classes, code, frames, tracebacks, modules --------
+def _interpreter_objects() -> dict:
+    import sys
+
+    class Host:
+        module = sys  # an attribute holding a module
+
+    def function() -> int:
+        return 1
+
+    try:
+        raise ValueError("x")
+    except ValueError as exc:
+        traceback = exc.__traceback__
+    return {"cls": Host, "code": function.__code__, "frame": sys._getframe(),
+            "traceback": traceback, "o": Host()}
+
+
+# (source, expected: output, or (error class, message)); all as in Jinja2's sandbox but for the
+# module: Jinja2 hands a module out (`o.module.path` reads sys.path), this sandbox never does
+INTERPRETER_OBJECTS = [
+    ("{{ cls.mro }}", ""),
+    ("{{ cls.mro() }}", (SEC, "access to attribute 'mro' of 'type' object is unsafe.")),
+    ("{{ code.co_code }}|{{ code.co_name }}|{{ code.co_consts }}", "||"),
+    ("{{ code.co_consts[0] }}", (SEC, "access to attribute 'co_consts' of 'code' object is unsafe.")),
+    ("{{ frame.f_globals }}|{{ frame.f_lineno }}|{{ frame.f_back }}", "||"),
+    ("{{ frame.f_globals['os'] }}", (SEC, "access to attribute 'f_globals' of 'frame' object is unsafe.")),
+    ("{{ traceback.tb_frame }}|{{ traceback.tb_lineno }}", "|"),
+    ("{{ traceback.tb_frame.f_globals }}",
+     (SEC, "access to attribute 'tb_frame' of 'traceback' object is unsafe.")),
+    ("{{ o.module }}", ""),
+    ("{{ o.module.path }}", (SEC, "access to attribute 'module' of 'Host' object is unsafe.")),
+    ("{{ missing_name.__class__.__mro__ }}",
+     (SEC, "access to attribute '__class__' of 'Undefined' object is unsafe.")),
+    ("{% for i in [1] %}{{ loop._length }}{% endfor %}", ""),
+    ("{% for i in [1] %}{{ loop._length.x }}{% endfor %}",
+     (SEC, "access to attribute '_length' of 'LoopContext' object is unsafe.")),
+    ("{% set c = cycler('a') %}{{ c._items.x }}",
+     (SEC, "access to attribute '_items' of 'Cycler' object is unsafe.")),
+    ("{{ (258).to_bytes(2, 'big') }}",
+     (SEC, "int.to_bytes is not available: bytes are not template values")),
+]
+
+
+@pytest.mark.parametrize("source,expected", INTERPRETER_OBJECTS)
+def test_interpreter_objects_are_out_of_reach(source: str, expected: Any) -> None:
+    if isinstance(expected, str):
+        assert mj.chat_environment().from_string(source).render(**_interpreter_objects()) == \
+            expected
+        return
+    error, message = expected
+    with pytest.raises(error) as info:
+        mj.chat_environment().from_string(source).render(**_interpreter_objects())
+    assert info.value.message == message

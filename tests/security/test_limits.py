@@ -464,8 +464,7 @@ BOUNDARIES = [
      {"n": 101}, None),
     ("format-width", {"max_string_size": 100}, "{{ ('{:>' ~ n ~ '}').format('x')|length }}",
      "100", {"n": 100}, {"n": 101}, None),
-    ("format-width-ten-digits", {"max_string_size": 100}, "{{ s.format('x')|length }}", "1",
-     {"s": "{:>1}"}, {"s": "{:>9999999999}"}, None),
+    # (a spec whose width has ten digits or more: the hostile cases below, in a child)
     ("indent-width", {"max_string_size": 100}, "{{ 'x\nyz'|indent(n, true)|length }}", "100",
      {"n": 48}, {"n": 49}, None),
     ("indent-one-line", {"max_string_size": 100}, "{{ 'x'|indent(n, true)|length }}", "100",
@@ -496,6 +495,11 @@ BOUNDARIES = [
     # (an estimate: the template's own characters count, and each field's width)
     ("printf-width", {"max_string_size": 100}, "{{ ('%' ~ n ~ 's')|format('x')|length }}", "94",
      {"n": 94}, {"n": 101}, None),
+    ("printf-width-of-seven-digits", {"max_string_size": 100},
+     "{{ ('%' ~ n ~ 's')|format('x')|length }}", "94", {"n": 94}, {"n": 1000000}, None),
+    # one character translated to a value of the caller's table: a string of its size
+    ("translate-one-character", {"max_string_size": 100}, "{{ 'a'.translate(t)|length }}",
+     "100", {"t": {97: "x" * 100}}, {"t": {97: "x" * 101}}, None),
     ("tojson-indent", {"max_string_size": 100}, "{{ [1]|tojson(indent=n)|length }}", "99",
      {"n": 94}, {"n": 95}, None),
     ("string-of-a-list", {"max_string_size": 100}, "{{ x|string|length }}", "98",
@@ -519,6 +523,9 @@ BOUNDARIES = [
      {"n": 10}, {"n": 11}, None),
     ("sum-of-lists", {"max_collection_size": 10}, "{{ x|sum(start=[])|length }}", "10",
      {"x": [[1] * 5, [2] * 5]}, {"x": [[1] * 5, [2] * 6]}, None),
+    # sum() of n one-item lists copies 1 + 2 + ... + n items: refused past max_steps
+    ("sum-of-lists-work", {"max_steps": 1000}, "{{ x|sum(start=[])|length }}", "44",
+     {"x": [[1]] * 44}, {"x": [[1]] * 45}, None),
     ("list-extend", {"max_collection_size": 10},
      "{% set l = [1] * 5 %}{% set _ = l.extend(x) %}{{ l|length }}", "10", {"x": [2] * 5},
      {"x": [2] * 6}, MUTABLE),

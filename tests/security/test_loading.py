@@ -915,3 +915,63 @@ def test_cli_encode_refuses_a_folder_over_a_cap(tmp_path: Path) -> None:
     assert_one_line_error(result.returncode, result.stdout, result.stderr,
                           str(folder / "tokenizer.json"), "2,097,153 vocabulary entries",
                           "MAX_VOCABULARY_SIZE")
+
+
+# ---- the documented caps ------------------------------------------------------------------------
+#: What the README's security section documents (copied here, not read from the modules):
+#: a default changed by mistake fails here; one changed on purpose changes the README too.
+DOCUMENTED_CAPS = {
+    ("minijinja_py.chat.config", "MAX_CONFIG_BYTES"): 16 * 2 ** 20,
+    ("minijinja_py.chat.config", "MAX_FOLDER_BYTES"): 64 * 2 ** 20,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_VOCABULARY_SIZE"): 2_097_152,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_MERGES"): 2_097_152,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_ADDED_TOKENS"): 262_144,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_OTHER_JSON_VALUES"): 100_000,
+}
+
+
+def test_the_documented_caps() -> None:
+    import importlib
+
+    assert {key: getattr(importlib.import_module(key[0]), key[1]) for key in DOCUMENTED_CAPS} \
+        == DOCUMENTED_CAPS
+
+
+def test_the_tokenizer_json_nesting_cap_is_serde_jsons() -> None:
+    """128 levels of arrays or objects are read (as serde_json reads them), 129 refused."""
+    from minijinja_py.chat import tokenizer_caps
+
+    for depth, refused in ((127, False), (128, False), (129, True)):
+        data = b'{"normalizer": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+        if refused:
+            with pytest.raises(ChatConfigError, match="nested too deeply"):
+                tokenizer_caps.check_tokenizer_json(data, Path("t.json"))
+        else:
+            tokenizer_caps.check_tokenizer_json(data, Path("t.json"))
+
+
+def test_the_other_values_cap_at_its_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    from minijinja_py.chat import tokenizer_caps
+
+    def document(values: int) -> bytes:  # the document itself, its list, and `values` ints
+        return b'{"normalizer": [' + b", ".join([b"1"] * values) + b"]}"
+
+    monkeypatch.setattr(tokenizer_caps, "MAX_OTHER_JSON_VALUES", 50)
+    tokenizer_caps.check_tokenizer_json(document(48), Path("t.json"))
+    with pytest.raises(ChatConfigError, match="refused: more than 50 JSON values"):
+        tokenizer_caps.check_tokenizer_json(document(49), Path("t.json"))
+
+
+@pytest.mark.parametrize("key", ["added_tokens_decoder", "additional_special_tokens"])
+def test_config_token_lists_at_the_cap_are_read(monkeypatch: pytest.MonkeyPatch,
+                                                key: str) -> None:
+    from minijinja_py.chat import tokenizer_caps
+
+    monkeypatch.setattr(tokenizer_caps, "MAX_ADDED_TOKENS", 10)
+    entries: Any = ({str(i): {"content": f"<t{i}>"} for i in range(10)}
+                    if key == "added_tokens_decoder" else [f"<t{i}>" for i in range(10)])
+    tokenizer_caps.check_tokenizer_config({key: entries}, Path("c.json"))
+    extra: Any = ({**entries, "10": {"content": "<t10>"}} if isinstance(entries, dict)
+                  else entries + ["<t10>"])
+    with pytest.raises(ChatConfigError, match=f"refused: 11 .* \\({key}\\), more than the 10"):
+        tokenizer_caps.check_tokenizer_config({key: extra}, Path("c.json"))

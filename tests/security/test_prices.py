@@ -246,6 +246,7 @@ MEASURED = [
      "{% set ns.s = ns.s ~ ascii[i] ~ 'x' %}{% endfor %}{{ ns.s[1:] }}", 2949, 8732),
     ("characters-without-a-position", "{% for c in (ascii ~ 'xy') * 3 %}{% endfor %}",
      2495, 29539),
+    ("wordcount", "{{ ints|join(' ')|wordcount }}", 2066, 25214),
 ]
 
 
@@ -254,3 +255,83 @@ MEASURED = [
 def test_measured_prices(source: str, plain: Optional[int], traced: Optional[int]) -> None:
     assert (smallest_max_steps(source), smallest_max_steps(source, provenance=True)) == (
         plain, traced)
+
+
+# -- hashing template values (collisions.py) -------------------------------------------------------
+#: What collisions.py documents: eight probes a step; a steered key (an int, a float, a tuple
+#: of numbers) costs its weight again for every steered key it may walk past; one operation
+#: may cost at most a sixteenth of max_steps; a key that is not a str, a small int or a float
+#: costs a step to classify; a tuple or range weighs one plus its items.
+PROBES_PER_STEP = 8
+SINGLE_CALL_SHARE = 16
+P61 = 2 ** 61 - 1
+_KEYS = {"colliding": [k * P61 for k in range(100)], "small_ints": list(range(100)),
+         "floats": [float(k) for k in range(100)], "strs": [f"k{k}" for k in range(100)],
+         "pairs": [(k, k) for k in range(100)], "ranges": [range(k, k + 3) for k in range(100)],
+         "many_colliding": [k * P61 for k in range(2000)], "text": "a" * 80}
+
+
+def hashing(more: str, less: str) -> int:
+    return price(more, less, **_KEYS)
+
+
+def probes(work: int) -> int:
+    return work // PROBES_PER_STEP
+
+
+@pytest.mark.parametrize("keys,weight,classified", [
+    ("colliding", 1, 0), ("small_ints", 1, 0), ("floats", 1, 0), ("pairs", 3, 100),
+    ("ranges", 4, 100)])
+def test_a_table_of_steered_keys_costs_the_square_of_their_count(keys: str, weight: int,
+                                                                 classified: int) -> None:
+    """100 keys a template can aim, against 100 strs (which cost their count): each key
+    weighs ``weight`` and may walk past the other 99, and itself."""
+    expected = probes(100 * weight + 100 * weight * 100) + classified - probes(100)
+    assert hashing("{{ dict.fromkeys(%s)|length }}" % keys,
+                   "{{ dict.fromkeys(strs)|length }}") == expected
+    if not classified:  # (unique's table: the same rule, while it is small enough to be plain)
+        assert hashing("{{ %s|unique|list|length }}" % keys,
+                       "{{ strs|unique|list|length }}") == expected
+
+
+def test_one_call_may_cost_a_sixteenth_of_the_budget() -> None:
+    # 2,000 keys of one hash: about four million probes, in one call nothing interrupts
+    work = probes(2000 + 2000 * 2000)
+    assert smallest_max_steps("{{ dict.fromkeys(many_colliding)|length }}", **_KEYS) == (
+        SINGLE_CALL_SHARE * work)
+
+
+def test_a_lookup_walks_past_every_key_of_the_table() -> None:
+    table = "{% set d = dict.fromkeys(small_ints) %}"
+    assert hashing(table + "{{ 5 in d }}", table + "{{ '5' in d }}") == probes(1 + 100)
+    assert hashing(table + "{{ d.get(5) }}", table + "{{ d.get('5') }}") == probes(1 + 100)
+
+
+def test_translate_looks_every_code_point_up() -> None:
+    table = "{% set d = dict.fromkeys(small_ints, 'x') %}"
+    # 80 code points, each may walk the table's 100 keys; the text read and built twice
+    assert hashing(table + "{{ text.translate(d)|length }}",
+                   table + "{{ ''.translate(d)|length }}") == (
+        probes(80 * (1 + 100)) + 3 * 80 // P["characters per step"])
+
+
+def test_comparing_tables_looks_each_side_up_in_the_other() -> None:
+    def compared(keys: str, comparison: str) -> int:
+        tables = "{% set d = dict.fromkeys(" + keys + ") %}{% set e = dict.fromkeys(" + \
+            keys + ") %}"
+        return hashing(tables + "{{ " + comparison + " }}", tables + "x")
+
+    # dicts: each steered key of one may walk the other's 100 and its own side's 100
+    assert compared("small_ints", "d == e") - compared("strs", "d == e") == (
+        probes(100 * (200 + 100)))
+    # dict views compared as sets: both sides looked up in the other
+    assert compared("small_ints", "d.keys() == e.keys()") - compared(
+        "strs", "d.keys() == e.keys()") == probes(2 * (100 + 100 * 200)) - probes(2 * 100)
+
+
+def test_a_table_compared_with_each_item_of_a_list() -> None:
+    # list.count(d) compares d with each of the 100 items: 100 comparisons of a table of
+    # 100 steered keys, in one call
+    assert smallest_max_steps("{% set d = dict.fromkeys(small_ints) %}"
+                              "{{ small_ints.count(d) }}", **_KEYS) == (
+        SINGLE_CALL_SHARE * probes(100 * 100 * (200 + 100)))
