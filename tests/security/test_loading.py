@@ -975,3 +975,30 @@ def test_config_token_lists_at_the_cap_are_read(monkeypatch: pytest.MonkeyPatch,
                   else entries + ["<t10>"])
     with pytest.raises(ChatConfigError, match=f"refused: 11 .* \\({key}\\), more than the 10"):
         tokenizer_caps.check_tokenizer_config({key: extra}, Path("c.json"))
+
+
+def test_the_files_of_one_folder_add_up_to_at_most_the_folder_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads from one model folder add up to at most MAX_FOLDER_BYTES (here lowered to
+    1,000): the config and the templates together, exactly up to the cap."""
+    from minijinja_py.chat import config
+
+    monkeypatch.setattr(config, "MAX_FOLDER_BYTES", 1000)
+    settings = b'{"eos_token": "' + b"e" * 400 + b'"}'  # 417 bytes
+    (tmp_path / "tokenizer_config.json").write_bytes(settings)
+    main = tmp_path / "chat_template.jinja"
+    main.write_text("m" * (1000 - len(settings)))
+    (tmp_path / "additional_chat_templates").mkdir()
+    assert load_chat_config(tmp_path).templates == {"default": "m" * 583}  # 1,000 bytes
+    extra_template = tmp_path / "additional_chat_templates" / "a.jinja"
+    extra_template.write_text("a")  # one byte more
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(tmp_path)
+    assert str(info.value) == (f"{extra_template}: refused: the files read from the model "
+                               f"folder {tmp_path} add up to more than 1,000 bytes")
+    extra_template.unlink()
+    main.write_text("m" * 584)
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(tmp_path)
+    assert str(info.value) == (f"{main}: refused: the files read from the model folder "
+                               f"{tmp_path} add up to more than 1,000 bytes")
