@@ -531,12 +531,13 @@ BOUNDARIES = [
      {"x": [2] * 6}, MUTABLE),
     ("tuple-nesting", {"max_recursion": 5}, "{{ (x, 1)|length }}", "2",
      {"x": _nested(4, tuple)}, {"x": _nested(5, tuple)}, None),
+    # (a tuple of the caller's, kept by a mutator: checked as the mutator takes it)
     ("tuple-nesting-kept-by-a-mutator", {"max_recursion": 5},
-     "{% set l = [] %}{% set _ = l.append((x, 1)) %}{{ l|length }}", "1",
-     {"x": _nested(4, tuple)}, {"x": _nested(5, tuple)}, MUTABLE),
+     "{% set l = [] %}{% set _ = l.append(x) %}{{ l|length }}", "1",
+     {"x": _nested(5, tuple)}, {"x": _nested(6, tuple)}, MUTABLE),
     ("tuple-nesting-kept-by-keyword", {"max_recursion": 5},
-     "{% set d = {} %}{% set _ = d.update(k=(x, 1)) %}{{ d|length }}", "1",
-     {"x": _nested(4, tuple)}, {"x": _nested(5, tuple)}, MUTABLE),
+     "{% set d = {} %}{% set _ = d.update(k=x) %}{{ d|length }}", "1",
+     {"x": _nested(5, tuple)}, {"x": _nested(6, tuple)}, MUTABLE),
     ("comparison-paths", {"max_collection_size": 10}, "{{ (x == y) }}", "True",
      {"x": [[1] * 4, [1] * 4], "y": [[1] * 4, [1] * 4]},
      {"x": [[1] * 4, [1] * 5], "y": [[1] * 4, [1] * 5]}, None),
@@ -635,6 +636,21 @@ def test_nesting_limit_relative() -> None:
         mj.chat_environment(limits=mj.Limits(max_nesting=30)).from_string(source)
     assert "Limits.max_nesting" in info.value.message
     assert info.value.lineno == 1 and info.value.column is not None
+
+
+def test_raised_recursion_limit_is_not_cut_short_by_pythons() -> None:
+    """A trusted template allowed to recurse 1,000 macro calls deep does (Python's own
+    recursion limit is raised to fit: limits.ensure_recursion_headroom), in a child: a
+    RecursionError there must not take the test run with it."""
+    source = ("{% macro m(n) %}{% if n %}{{ m(n - 1) }}{% else %}bottom{% endif %}{% endmacro %}"
+              "{{ m(990) }}")
+    result = run_isolated(source, limits={"max_recursion": 1000, "max_seconds": None},
+                          timeout=TIMEOUT)
+    assert result.kind == "ok" and result.output_head == "bottom", result.describe()
+    result = run_isolated(source.replace("990", "1000"),
+                          limits={"max_recursion": 1000, "max_seconds": None}, timeout=TIMEOUT)
+    assert result.kind == "template_error" and "Limits.max_recursion" in result.message, \
+        result.describe()
 
 
 @pytest.mark.parametrize("opener,closer,prefix,suffix", [

@@ -329,6 +329,16 @@ def test_comparing_tables_looks_each_side_up_in_the_other() -> None:
         "strs", "d.keys() == e.keys()") == probes(2 * (100 + 100 * 200)) - probes(2 * 100)
 
 
+def test_a_set_reached_along_two_paths_is_compared_twice() -> None:
+    # [a, a] == [b, b], a = [d.keys()]: the view is compared once along each path to it
+    def compared(keys: str) -> int:
+        tables = ("{% set d = dict.fromkeys(" + keys + ") %}{% set e = dict.fromkeys(" + keys
+                  + ") %}{% set a = [d.keys()] %}{% set b = [e.keys()] %}")
+        return hashing(tables + "{{ [a, a] == [b, b] }}", tables + "x")
+
+    assert compared("small_ints") - compared("strs") == probes(2 * 100 * (200 + 100))
+
+
 def test_a_table_compared_with_each_item_of_a_list() -> None:
     # list.count(d) compares d with each of the 100 items: 100 comparisons of a table of
     # 100 steered keys, in one call
