@@ -661,3 +661,49 @@ def test_interpreter_objects_are_out_of_reach(source: str, expected: Any) -> Non
     with pytest.raises(error) as info:
         mj.chat_environment().from_string(source).render(**_interpreter_objects())
     assert info.value.message == message
+
+
+# -- the host's subclasses of the plain types: Jinja2's rules for what they add -----------------------
+def _host_subclasses() -> dict:
+    import collections
+    import sys
+
+    class Totals(dict):
+        _hidden = 5
+        module = sys
+
+        def total(self) -> int:
+            return sum(self.values())
+
+    return {"p": collections.namedtuple("Point", "x y")(1, 2), "d": Totals(a=1, b=2)}
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("{{ p.x }}|{{ p.count(1) }}|{{ p._fields }}|{{ p._asdict }}", "1|1||"),
+    ("{{ p._replace(x=5) }}", (SEC, "access to attribute '_replace' of 'Point' object is unsafe.")),
+    ("{{ d.total() }}|{{ d._hidden }}|{{ d.a }}", "3||1"),
+    ("{{ d._hidden.real }}", (SEC, "access to attribute '_hidden' of 'Totals' object is unsafe.")),
+])
+def test_host_subclasses_of_plain_types_follow_jinja2s_rules(source: str, expected: Any) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        reference: Any = ImmutableSandboxedEnvironment().from_string(source).render(
+            **_host_subclasses())
+    except Exception as exc:  # noqa: BLE001 - compared below
+        reference = (type(exc).__name__, str(exc))
+    if isinstance(expected, str):
+        assert reference == expected
+        assert mj.chat_environment().from_string(source).render(**_host_subclasses()) == expected
+        return
+    assert reference == (expected[0].__name__, expected[1])
+    with pytest.raises(expected[0]) as info:
+        mj.chat_environment().from_string(source).render(**_host_subclasses())
+    assert info.value.message == expected[1]
+
+
+def test_what_host_subclasses_add_is_wrapped_as_any_host_objects() -> None:
+    """A method a host's subclass adds prints without an address, as any host method; an
+    attribute holding a module is out of reach (Jinja2 prints both as they are)."""
+    assert mj.chat_environment().from_string("{{ d.total }}|{{ d.module }}").render(
+        **_host_subclasses()) == "<built-in method total of Totals object>|"

@@ -481,6 +481,8 @@ BOUNDARIES = [
      {"items": ["x" * 10] * 9 + ["x"]}, {"items": ["x" * 10] * 9 + ["xx"]}, None),
     ("replace-method", {"max_string_size": 100}, "{{ s.replace('a', 'bb')|length }}", "100",
      {"s": "a" * 50}, {"s": "a" * 51}, None),
+    ("replace-method-growing-by-two", {"max_string_size": 100},
+     "{{ s.replace('a', 'xxx')|length }}", "100", {"s": "ab" * 25}, {"s": "ab" * 25 + "a"}, None),
     ("replace-filter", {"max_string_size": 100}, "{{ s|replace('a', 'bb')|length }}", "100",
      {"s": "a" * 50}, {"s": "a" * 51}, None),
     ("replace-filter-count", {"max_string_size": 100},

@@ -307,6 +307,14 @@ def test_a_lookup_walks_past_every_key_of_the_table() -> None:
     assert hashing(table + "{{ d.get(5) }}", table + "{{ d.get('5') }}") == probes(1 + 100)
 
 
+def test_a_lookup_through_the_sandbox_walks_the_table_too() -> None:
+    # map(attribute=5) looks 5 up in each of ten tables, through the sandbox
+    tables = "{% set big = dict.fromkeys(small_ints) %}{% set small = {5: 1} %}"
+    assert hashing(tables + "{{ ([big] * 10)|map(attribute=5)|list|length }}",
+                   tables + "{{ ([small] * 10)|map(attribute=5)|list|length }}") == (
+        10 * probes(1 + 100))
+
+
 def test_translate_looks_every_code_point_up() -> None:
     table = "{% set d = dict.fromkeys(small_ints, 'x') %}"
     # 80 code points, each may walk the table's 100 keys; the text read and built twice
