@@ -347,6 +347,19 @@ def test_a_set_reached_along_two_paths_is_compared_twice() -> None:
     assert compared("small_ints") - compared("strs") == probes(2 * 100 * (200 + 100))
 
 
+def test_sorting_sets_compares_each_about_log2_of_the_count_times() -> None:
+    """list.sort() (mutable sandbox) on two dict views: each compared with the other
+    (bit_length(2) = 2 times), as sets, each side's keys looked up in the other's."""
+    def sorted_views(keys: str) -> int:
+        tables = ("{% set d = dict.fromkeys(" + keys + ") %}{% set e = dict.fromkeys(" + keys
+                  + ") %}{% set l = [d.keys(), e.keys()] %}")
+        return price(tables + "{{ l.sort() }}", tables + "x", env_options={"immutable": False},
+                     **_KEYS)
+
+    assert sorted_views("small_ints") - sorted_views("strs") == (
+        probes(2 * 2 * 100 * (200 + 100)))
+
+
 def test_a_table_compared_with_each_item_of_a_list() -> None:
     # list.count(d) compares d with each of the 100 items: 100 comparisons of a table of
     # 100 steered keys, in one call
