@@ -309,6 +309,7 @@ def test_fail_fast_stops_at_the_first_bad_row(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert 'row 23 (' in result.stderr and 'id "the-bad-one"' in result.stderr
     assert "MalformedRowError: messages[0] has no 'role'" in result.stderr
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr
     assert not output.exists()  # the run did not finish
     state = json.loads(Path(str(output) + ".checkpoint.json").read_text(encoding="utf-8"))
     assert state["rows"] == 20  # the batches before the bad row's

@@ -1,8 +1,10 @@
 """The hostile suites run every rendering test in each of the three ways a server renders
 (see render_modes.py): a module opts in with ``pytestmark = pytest.mark.usefixtures(
-"render_mode")``; each of its tests then runs three times, ``[plain]``, ``[provenance]`` and
-``[tokens]``, the last skipped with its reason where the tokenizers extra or the shared
-corpus's tokenizer is missing."""
+"render_mode")`` (a single test with the same mark); each of its tests then runs three times,
+``[plain]``, ``[provenance]`` and ``[tokens]``, the last skipped with its reason where the
+tokenizers extra or the shared corpus's tokenizer is missing. Not in the three modes: loading
+model folders (test_loading.py, no template rendered), parsing alone, and RenderPool
+(test_pool.py: its workers render plain text; a pool has no provenance render)."""
 
 from __future__ import annotations
 

@@ -172,6 +172,7 @@ def test_operator_chain_too_deep_is_refused_before_it_is_all_parsed(source: str)
         assert isinstance(err, mj.TemplateSyntaxError)
 
 
+@pytest.mark.usefixtures("render_mode")  # renders: in the three render modes
 @pytest.mark.parametrize("max_nesting", [128, 300])
 def test_chains_as_deep_as_allowed_still_parse(max_nesting: int) -> None:
     deepest = 4 * max_nesting - 8  # the depth check's limit, less the levels above the chain
@@ -211,6 +212,7 @@ def test_integer_literal_too_long_to_convert_is_a_located_syntax_error(source: s
     assert err.name == "t.jinja"
 
 
+@pytest.mark.usefixtures("render_mode")  # renders: in the three render modes
 def test_integer_literals_python_converts_still_work() -> None:
     env = mj.chat_environment()
     digits = "7" * min(4_300, sys.get_int_max_str_digits() or 4_300)
@@ -220,6 +222,7 @@ def test_integer_literals_python_converts_still_work() -> None:
     assert env.from_string("{{ 000 }}{{ 1_000 }}").render() == "01000"
 
 
+@pytest.mark.usefixtures("render_mode")  # renders: in the three render modes
 @pytest.mark.parametrize("literal,expected", [
     ("1" * 5_000 + ".5", "inf"),
     ("1e999999999999", "inf"),

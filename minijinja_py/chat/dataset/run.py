@@ -620,7 +620,10 @@ class _Run:
                 self._collect(pending.popleft())
         except BaseException:
             if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+                # the queued batches cancelled, the running ones (bounded by the limits)
+                # waited for: shut down without waiting, CPython's exit hook later wrote to
+                # the pool's closed wake-up pipe ("Exception ignored ... Bad file descriptor")
+                pool.shutdown(wait=True, cancel_futures=True)
             self.progress.close()
             self.errors.close()
             if self.job.output_format == "jsonl":
