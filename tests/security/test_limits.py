@@ -509,6 +509,16 @@ BOUNDARIES = [
      {"n": 94}, {"n": 95}, None),
     ("string-of-a-list", {"max_string_size": 100}, "{{ x|string|length }}", "98",
      {"x": ["x" * 45, "y" * 45]}, {"x": ["x" * 46, "y" * 46]}, None),
+    # values that are no container, at the top: their own size is the total (a namespace's is
+    # an estimate: two characters a key more than its repr)
+    ("string-of-a-joiner", {"max_string_size": 100}, "{{ joiner(s)|string|length }}", "100",
+     {"s": "x" * 89}, {"s": "x" * 90}, None),
+    ("string-of-a-namespace", {"max_string_size": 100},
+     "{{ namespace(a=s)|string|length }}", "98", {"s": "x" * 77}, {"s": "x" * 78}, None),
+    ("tojson-of-a-string", {"max_string_size": 100}, "{{ s|tojson|length }}", "100",
+     {"s": "x" * 98}, {"s": "x" * 99}, None),
+    ("tojson-of-escaped-characters", {"max_string_size": 100}, "{{ s|tojson|length }}", "98",
+     {"s": "\x01" * 16}, {"s": "\x01" * 17}, None),
     ("pprint", {"max_string_size": 100}, "{{ x|pprint|length }}", "87",
      {"x": ["x" * 39, "y" * 39]}, {"x": ["x" * 46, "y" * 46]}, None),
     ("wordwrap", {"max_string_size": 100}, "{{ s|wordwrap(5, true, '--')|length }}", "100",
