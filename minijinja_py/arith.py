@@ -51,7 +51,8 @@ def apply(op: str, left: Any, right: Any) -> Any:
     if isinstance(result, int):  # (a provenance render's numbers are int subclasses)
         if result.bit_length() > _SMALL_INT_BITS:
             check_int_digits(result)
-    elif kind is str or kind is list or kind is tuple:
+    elif kind is str or kind is list or kind is tuple or isinstance(result, (str, tuple)):
+        # (str subclasses too: Markup, and every str of a provenance render)
         charge(size_cost(result))
     return result
 
