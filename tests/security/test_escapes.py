@@ -24,7 +24,7 @@ import pytest
 
 import minijinja_py as mj
 
-from security_support import jinja2_outcome
+from security_support import jinja2_outcome, outcome
 
 # every test runs as a plain render, a provenance render and the tokens path (conftest.py)
 pytestmark = pytest.mark.usefixtures("render_mode")
@@ -333,6 +333,21 @@ def test_host_object_private_attributes_are_refused() -> None:
     with pytest.raises(mj.SecurityError):
         env.from_string("{{ h.method.__func__ }}{{ h.method.__func__.__globals__ }}").render(
             h=Host())
+
+
+@pytest.mark.parametrize("source,named", [
+    ("{% set ns = namespace(_x=1) %}{{ ns._x }}", True),
+    ("{% set ns = namespace() %}{% set ns._y = 2 %}{{ ns._y }}", True),
+    ("{% set ns = namespace(a=1) %}{{ ns._attrs }}{{ ns.__class__ }}", False),
+])
+def test_a_namespaces_private_names_are_never_read(source: str, named: bool) -> None:
+    # the chat environment refuses to give a namespace a private name, as Jinja2 does...
+    expected = ("error", "SecurityError") if named else ("ok", "")
+    assert jinja2_outcome(source) == expected
+    result = outcome(source)
+    assert (result[0], getattr(result[1], "__name__", result[1])) == expected
+    # ... an Environment lets it hold one, and a template never reads it back
+    assert mj.Environment().from_string(source).render() == ""
 
 
 # -- the `dict` global cannot reach dict's methods on the caller's data --------------------------

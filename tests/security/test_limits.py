@@ -123,6 +123,8 @@ HOSTILE = [
     ("max_string_size", "replace-grow", "{{ ('a' * 10**7)|replace('a', 'bbbbbbbbbb') }}", ""),
     ("max_string_size", "expandtabs", "{{ 'a\tb'.expandtabs(10**9) }}", ""),
     ("max_string_size", "tojson-indent", "{{ [1]|tojson(indent=10**9) }}", ""),
+    # (no line is indented, but the indent is refused before json.dumps can build it)
+    ("max_string_size", "tojson-indent-of-a-scalar", "{{ 1|tojson(indent=10**12) }}", ""),
     ("max_string_size", "tojson-indent-str",
      "{{ ([[1, 2]] * 1000)|tojson(indent='x' * 10**6) }}", ""),
     ("max_string_size", "printf-filter", "{{ '%9999999999s'|format('x') }}", ""),
@@ -521,6 +523,9 @@ BOUNDARIES = [
      {"s": "\x01" * 16}, {"s": "\x01" * 17}, None),
     ("pprint", {"max_string_size": 100}, "{{ x|pprint|length }}", "87",
      {"x": ["x" * 39, "y" * 39]}, {"x": ["x" * 46, "y" * 46]}, None),
+    # (a str is not a container: its repr, quotes included, is checked on its own)
+    ("pprint-of-a-string", {"max_string_size": 100}, "{{ s|pprint|length }}", "100",
+     {"s": "x" * 98}, {"s": "x" * 99}, None),
     ("wordwrap", {"max_string_size": 100}, "{{ s|wordwrap(5, true, '--')|length }}", "100",
      {"s": "ab " * 28 + "ab"}, {"s": "ab " * 29 + "a"}, None),
     ("list-times", {"max_collection_size": 10}, "{{ ([1] * n)|length }}", "10", {"n": 10},
@@ -582,6 +587,15 @@ BOUNDARIES = [
      {"n": 50}, {"n": 51}, None),
     ("output-size-of-a-loop", {"max_output_size": 100},
      "{% for i in range(n) %}x{% endfor %}", "x" * 100, {"n": 100}, {"n": 101}, None),
+    # what a macro or a set block captures leaves the output count when it is printed
+    ("output-size-through-a-macro", {"max_output_size": 100},
+     "{% macro m() %}{{ 'x' * n }}{% endmacro %}{{ m() }}", "x" * 100, {"n": 100}, {"n": 101},
+     None),
+    ("output-size-through-a-set-block", {"max_output_size": 100},
+     "{% set b %}{{ 'x' * n }}{% endset %}{{ b }}", "x" * 100, {"n": 100}, {"n": 101}, None),
+    # round() with a precision builds 10 ** precision
+    ("round-precision", {"max_int_digits": 10}, "{{ 1.5|round(n, 'ceil') }}", "1.5", {"n": 9},
+     {"n": 10}, None),
 ]
 
 
@@ -596,6 +610,42 @@ def test_limit_exactly_at_the_boundary(limits: dict, source: str, output: str, a
     with pytest.raises(mj.LimitExceededError) as info:
         env.from_string(source).render(**copy.deepcopy(over))
     assert re.findall(r"Limits\.(\w+)", info.value.message)[:1] == [field], info.value.message
+
+
+#: (id, template, its data, where the statement whose output crosses max_output_size=100 is:
+#: (line, column)) for each way a statement prints
+OUTPUT_CROSSED = [
+    ("one-expression", "{{ s }}{% for i in range(3) %}{% endfor %}", {"s": "x" * 101}, (1, 4)),
+    ("expression-and-text", "{{ s }}.{% for i in range(3) %}{% endfor %}", {"s": "x" * 100},
+     (1, 1)),
+    # a sum of strs printed piece by piece, then text that crosses the limit
+    ("sum-then-text", "{{ s + t }}yy{% for i in range(3) %}{% endfor %}",
+     {"s": "x" * 50, "t": "y" * 49}, (1, 1)),
+    # the body of a loop run past 40 iterations is compiled to Python (codegen.py)
+    ("hot-loop-body", "{% for i in range(200) %}{{ i }}-{{ i }}\n{% endfor %}", {}, (1, 26)),
+]
+
+
+@pytest.mark.parametrize("source,data,where", [o[1:] for o in OUTPUT_CROSSED],
+                         ids=[o[0] for o in OUTPUT_CROSSED])
+def test_the_output_limit_stops_the_statement_that_crosses_it(source: str, data: dict,
+                                                              where: tuple) -> None:
+    env = mj.Environment(limits=mj.Limits(max_output_size=100, max_seconds=None))
+    with pytest.raises(mj.LimitExceededError) as info:
+        env.from_string(source).render(**data)
+    assert "Limits.max_output_size" in info.value.message
+    assert (info.value.lineno, info.value.column) == where
+
+
+@pytest.mark.parametrize("body", ["", "{{ i }}", "{% set x = i %}", "{% set x = i %}{{ x }}"])
+def test_a_hot_loop_is_stopped_by_max_steps_whatever_its_body(body: str) -> None:
+    # 100,000 iterations priced at 2 steps or more each, far past max_steps; the loop's body
+    # is compiled to Python after 40 of them, with its own checks
+    env = mj.Environment(limits=mj.Limits(max_steps=1000, max_seconds=None))
+    items = (i for i in range(100_000))  # (a generator: not priced as a list before the loop)
+    with pytest.raises(mj.LimitExceededError) as info:
+        env.from_string("{% for i in items %}" + body + "{% endfor %}done").render(items=items)
+    assert "Limits.max_steps" in info.value.message
 
 
 @pytest.mark.parametrize("limit", [5, 100, 1000])
@@ -666,6 +716,47 @@ def test_raised_recursion_limit_is_not_cut_short_by_pythons() -> None:
                           limits={"max_recursion": 1000, "max_seconds": None}, timeout=TIMEOUT)
     assert result.kind == "template_error" and "Limits.max_recursion" in result.message, \
         result.describe()
+
+
+def test_a_raised_nesting_limit_is_not_cut_short_by_pythons() -> None:
+    """2,900 nested blocks under max_nesting=3,000 compile in a fresh interpreter (the
+    compiler recurses once a level or more: Python's recursion limit is raised before it
+    compiles, not only before a render), in a child."""
+    source = "{% if true %}" * 2900 + "x" + "{% endif %}" * 2900
+    result = run_isolated(source, limits={"max_nesting": 3000, "max_seconds": None},
+                          timeout=TIMEOUT)
+    assert result.kind == "ok" and result.output_head == "x", result.describe()
+
+
+_DEEP_CALLER = r"""
+import re
+import sys
+sys.path.insert(0, sys.argv[1])
+import minijinja_py as mj
+source = "{% if true %}" * 120 + "x" + "{% endif %}" * 120
+def deep(n):
+    if n:
+        return deep(n - 1)
+    try:
+        return mj.Environment().from_string(source).render()
+    except mj.TemplateError as exc:
+        return type(exc).__name__ + " " + " ".join(re.findall(r"Limits\.(\w+)", str(exc)))
+print(deep(sys.getrecursionlimit() - 40))
+"""
+
+
+def test_a_template_deeper_than_the_stack_left_is_refused_by_the_nesting_limit() -> None:
+    """Compiled from deep in the caller's own recursion, a template needing more of Python's
+    stack than is left is refused as too deeply nested (a TemplateError), never with a
+    RecursionError escaping; in a child, whose recursion limit is Python's 1,000."""
+    import os
+    import subprocess
+    import sys
+
+    root = str(Path(mj.__file__).resolve().parent.parent)
+    child = subprocess.run([sys.executable, "-c", _DEEP_CALLER, root], capture_output=True,
+                           text=True, timeout=TIMEOUT, env={**os.environ, "MINIJINJA_PY_CACHE": "0"})
+    assert child.stdout.strip() == "LimitExceededError max_nesting", child.stderr[-2000:]
 
 
 @pytest.mark.parametrize("opener,closer,prefix,suffix", [

@@ -189,6 +189,15 @@ def test_a_filter_reads_and_builds_characters_at_16_a_step() -> None:
     assert smallest_max_steps("{{ (ascii|safe)|length }}") == 320 // P["characters per step"]
 
 
+def test_captured_output_is_charged_as_a_string_the_render_built() -> None:
+    # a set block's (or a macro's) output leaves the output count and is charged as the
+    # characters of a string: 320 of them, beyond an empty one
+    for capture in ("{% set b %}X{% endset %}",
+                    "{% macro m() %}X{% endmacro %}{% set b = m() %}"):
+        assert price(capture.replace("X", "{{ ascii }}"), capture.replace("X", "{{ s }}"),
+                     s="") == 320 // P["characters per step"], capture
+
+
 def test_a_nested_loop_costs_its_header_in_the_outer_body() -> None:
     inner = "{% for j in ten %}{% endfor %}"
     # each outer iteration: the inner loop's statement and its `ten` (2 nodes), its 10
@@ -226,6 +235,12 @@ def test_a_provenance_render_pays_for_each_character_it_iterates() -> None:
     plain = smallest_max_steps("{% for c in ascii %}{% endfor %}")
     assert smallest_max_steps("{% for c in ascii %}{% endfor %}", provenance=True) - plain == (
         320 * P["str with origins"])
+    # characters without a position of their own (an input repeated): one str with origins
+    # per distinct character, shared as CPython shares one-character strs
+    repeated = "{% for c in s * 3 %}{% endfor %}"
+    assert smallest_max_steps(repeated, provenance=True, s="abc") - smallest_max_steps(
+        repeated, provenance=True, s="aaa") == 2 * P["str with origins"]
+    assert smallest_max_steps(repeated, s="abc") == smallest_max_steps(repeated, s="aaa")
 
 
 def test_joined_pieces_past_the_free_ones() -> None:
@@ -307,6 +322,37 @@ def test_a_table_of_steered_keys_costs_the_square_of_their_count(keys: str, weig
     if not classified:  # (unique's table: the same rule, while it is small enough to be plain)
         assert hashing("{{ %s|unique|list|length }}" % keys,
                        "{{ strs|unique|list|length }}") == expected
+
+
+def test_a_table_built_from_pairs_costs_as_one_of_its_keys() -> None:
+    # dict() of (key, value) pairs and dict.update() with them (mutable sandbox): the keys
+    # hashed as dict.fromkeys hashes them
+    pairs = {"steered": [(k, 0) for k in range(100)], "named": [(f"k{k}", 0) for k in range(100)]}
+    expected = probes(100 + 100 * 100) - probes(100)
+    assert price("{{ dict(steered)|length }}", "{{ dict(named)|length }}", **pairs) == expected
+    update = "{% set d = {} %}{% set _ = d.update(KEYS) %}{{ d|length }}"
+    assert price(update.replace("KEYS", "steered"), update.replace("KEYS", "named"),
+                 env_options={"immutable": False}, **pairs) == expected
+
+
+def test_a_set_method_looks_its_argument_up() -> None:
+    # the caller's set of 100 steered keys (and '5'), left as it was: 5 is in it already,
+    # 500 and '500' are not
+    numbers = set(range(100)) | {"5"}
+    mutable = {"immutable": False}
+    for call, str_call in (("s.add(5)", "s.add('5')"), ("s.discard(500)", "s.discard('500')")):
+        assert price("{% set _ = " + call + " %}", "{% set _ = " + str_call + " %}",
+                     env_options=mutable, s=numbers) == probes(1 + 100), call
+
+
+def test_a_constant_dict_literal_pays_for_its_keys_at_every_evaluation() -> None:
+    """A literal of constant keys is built once while compiling and copied at every
+    evaluation (hashing its keys again): steered keys pay as dict.fromkeys of them does,
+    strs nothing."""
+    def literal(key: str) -> str:
+        return "{% set d = {" + ", ".join(key % k + ": 0" for k in range(100)) + "} %}"
+
+    assert price(loop(literal("%d")), loop(literal("'k%d'"))) == 10 * probes(100 + 100 * 100)
 
 
 def test_one_call_may_cost_a_sixteenth_of_the_budget() -> None:
