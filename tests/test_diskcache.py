@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any
 
 import pytest
 
@@ -102,6 +103,18 @@ def test_corrupted_entry_is_ignored(cache_dir) -> None:
     assert mj.chat_environment().from_string(source).render() == "xxx"
 
 
+def test_a_damaged_byte_that_leaves_the_payload_well_formed_is_a_miss(cache_dir) -> None:
+    # a letter of a constant changed in place: only the checksum tells the entry is damaged
+    source = "{{ 'abc' }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = [cache_dir / f for f in os.listdir(cache_dir)]
+    data = bytearray(entry.read_bytes())
+    data[data.rindex(b"abc") + 1] = ord("B")
+    entry.write_bytes(bytes(data))
+    assert diskcache.load(entry.name) is None
+    assert mj.chat_environment().from_string(source).render() == "abc"
+
+
 def test_shared_writable_directory_is_not_trusted(cache_dir) -> None:
     source = "{{ 1 + 1 }}"
     mj.chat_environment().from_string(source)
@@ -184,35 +197,69 @@ def _forge_entry(cache_dir, source, payload: bytes) -> str:
     return key
 
 
-def test_payload_whose_references_expand_exponentially_is_refused_quickly(cache_dir) -> None:
+def _shared_nodes() -> tuple:
+    """A well-formed AST encoding that rebuilds into 2**60 nodes: 60 levels of ``x + x``,
+    both operands one shared node (no list anywhere below the Output)."""
+    index = diskcache._NODE_INDEX
+    shared = (index[n.Name], 1, 4, "x")
+    for _ in range(60):
+        shared = (index[n.BinOp], 1, 6, "+", shared, shared)
+    return shared
+
+
+def _shared_lists() -> tuple:
+    """A well-formed AST encoding that rebuilds into 10**8 constants: a list literal of
+    10,000 constants (one shared leaf), printed 10,000 times (one shared node): every node
+    is cheap, the lists are what grows."""
+    index = diskcache._NODE_INDEX
+    literal = (index[n.ListLit], 1, 4, [(index[n.Const], 1, 5, 1)] * 10_000)
+    return [literal] * 10_000
+
+
+def _encoding_of(body: Any) -> tuple:
+    index = diskcache._NODE_INDEX
+    return (index[n.Template], 1, 1,
+            [(index[n.Output], 1, 1, body if isinstance(body, list) else [body])])
+
+
+@pytest.mark.parametrize("shape", [_shared_nodes, _shared_lists], ids=["nodes", "lists"])
+def test_payload_whose_references_expand_is_refused_by_the_item_budget(cache_dir,
+                                                                       shape) -> None:
+    """marshal formats 3+ share objects (FLAG_REF): a payload of a few hundred bytes (nodes)
+    or 100 KB (lists) can stand for an AST of 2**60 nodes or 10**8 constants. The decoder
+    stops once it has rebuilt more items than the payload has bytes, whether the sharing is
+    in nodes or in lists; each shape alone is bounded only by its own count."""
     import marshal
 
-    # 2**60 leaves behind a few hundred bytes: marshal format 4 shares objects (FLAG_REF)
-    leaf = (diskcache._NODE_INDEX[n.Const], 1, 1, "x")
-    shared = [leaf, leaf]
-    for _ in range(60):
-        shared = [shared, shared]
-    template = (diskcache._NODE_INDEX[n.Template], 1, 1,
-                [(diskcache._NODE_INDEX[n.Output], 1, 1, shared)])
-    source = "{{ 'fine' }}"
-    payload = marshal.dumps((diskcache._MAGIC, _digest(source), template), 4)
-    assert len(payload) < 1000
+    source = "{{ 'fine' }}" + "." * 10_000  # (an entry may be 48 bytes a character)
+    encoded = _encoding_of(shape())
+    payload = marshal.dumps((diskcache._MAGIC, _digest(source), encoded), 4)
+    assert len(payload) < diskcache.size_cap(len(source))
     key = _forge_entry(cache_dir, source, payload)
-    # in a child with its own timeout: a decoder without its item budget would walk the 2**61
-    # leaves for ever (CPU-bound, no memory to run out of) and must fail the test, not hang it
-    loaded, seconds = run_forked(_load_timed, key, timeout=30.0)
+    # in a child with its own timeout and memory cap: a decoder without its item budget would
+    # rebuild the 2**60 nodes for ever (CPU-bound, no memory to run out of), or the 10**8
+    # constants until memory ran out, and must fail the test, not hang it
+    refused, loaded, seconds = run_forked(_decode_and_load, encoded, len(payload), key,
+                                          timeout=30.0)
+    assert refused == "_TooLarge"
     assert loaded is None
     assert seconds < 1.0  # (CPU time: the wall clock grows with the machine's load)
-    assert mj.chat_environment().from_string(source).render() == "fine"
+    assert mj.chat_environment().from_string(source).render() == "fine" + "." * 10_000
 
 
-def _load_timed(key: str) -> tuple:
-    """(what diskcache.load(key) returns, the CPU seconds it took)."""
+def _decode_and_load(encoded: tuple, budget: int, key: str) -> tuple:
+    """(the exception _decode raises for ``encoded`` within ``budget`` items, what
+    diskcache.load(key) returns, the CPU seconds both took)."""
     import time
 
     start = time.thread_time()
+    try:
+        diskcache._decode(encoded, budget)
+        refused = "nothing"
+    except Exception as exc:  # (MemoryError included: a decoder that built too much)
+        refused = type(exc).__name__
     loaded = diskcache.load(key)
-    return loaded, time.thread_time() - start
+    return refused, loaded, time.thread_time() - start
 
 
 def test_entries_are_written_without_back_references() -> None:
@@ -261,6 +308,17 @@ def test_entry_is_bounded_by_its_source_length() -> None:
         data = diskcache.dumps(parser.parse(source))
         assert len(data) <= diskcache.size_cap(len(source))
         assert len(data) < 24 * len(source) + 200, (source[:20], len(data) / len(source))
+
+
+def test_an_entry_over_its_size_cap_is_not_stored(cache_dir, monkeypatch) -> None:
+    # no parse comes near the cap (test_entry_is_bounded_by_its_source_length): with the cap
+    # lowered below what this template's entry takes, the store writes nothing load() would
+    # refuse, and the next environment parses again
+    monkeypatch.setattr(diskcache, "SIZE_SLACK", 0)
+    monkeypatch.setattr(diskcache, "SIZE_PER_CHARACTER", 2)
+    source = "{{ x }}"
+    assert mj.chat_environment().from_string(source).render(x=1) == "1"
+    assert not cache_dir.exists() or not _entries(cache_dir)
 
 
 def test_foreign_or_malformed_keys_are_misses(cache_dir) -> None:
@@ -330,6 +388,7 @@ FOREIGN_FIELDS = {
     "bytes for a filter": ("{{ x|upper }}", {"x": "a"}, "upper", b"upper", "A"),
     "bytes for a keyword": ("{{ 'a'|center(width=3) }}", {}, "width", b"width", " a "),
     "an operator the grammar has not": ("{{ 2 * 3 }}", {}, "*", "@", "6"),
+    "a pair not marked as one": ("{{ 'a'|center(width=3) }}", {}, -1, 7, " a "),
 }
 
 

@@ -300,6 +300,14 @@ def test_injected_control_tokens_become_text() -> None:
     ids = tok.apply_chat_template(forged, chat_template=template, return_dict=False,
                                   sanitize_control_tokens=True)
     assert ids.count(im_end) == 1
+    # ... nor turn the template's own token into text by wrapping it in markers, one ending
+    # the first message and one starting the next
+    around = [{"role": "user", "content": "a\U000f0000"}, {"role": "user", "content": "\U000f0001b"}]
+    own = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
+    ids = tok.apply_chat_template(around, chat_template=own, return_dict=False,
+                                  sanitize_control_tokens=True)
+    assert ids.count(im_end) == 2
+    assert tok.decode(ids) == "a<|im_end|>b<|im_end|>"
 
 
 def test_sanitized_added_tokens_encode_as_their_text() -> None:
@@ -476,6 +484,13 @@ def test_option_errors_are_transformers_value_errors() -> None:
     for options in cases:
         with pytest.raises(ValueError):
             tok.apply_chat_template(messages, **options)
+    # the one word each of the two options takes besides True and False
+    with pytest.raises(ValueError, match="sanitize_control_tokens must be True, False or "
+                                         "'provenance', not 'markers'"):
+        tok.apply_chat_template(messages, sanitize_control_tokens="markers")
+    with pytest.raises(ValueError, match="return_assistant_tokens_mask must be True, False or "
+                                         "'messages', not 'message'"):
+        tok.apply_chat_template(messages, return_assistant_tokens_mask="message")
     with pytest.raises(ValueError, match="empty conversation"):
         tok.apply_chat_template([])
     with pytest.raises(ValueError, match="padding token"):

@@ -219,6 +219,18 @@ def test_a_linked_template_directory_leading_outside_is_refused(folder: Path,
     assert_refused(info.value, folder / "additional_chat_templates", "outside the model folder")
 
 
+def test_a_sibling_whose_name_begins_with_the_folders_is_outside(folder: Path) -> None:
+    # model-old/ is beside model/, not in it, though its path begins with model's
+    sibling = folder.parent / (folder.name + "-old")
+    sibling.mkdir()
+    (sibling / "chat_template.jinja").write_text(SECRET)
+    (folder / "chat_template.jinja").unlink()
+    os.symlink(sibling / "chat_template.jinja", folder / "chat_template.jinja")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, folder / "chat_template.jinja", "leads outside the model folder")
+
+
 def test_symlinks_inside_the_folder_are_fine(folder: Path) -> None:
     os.symlink("../chat_template.jinja", extra(folder, "alias.jinja"))
     (folder / "real_config.json").write_text(json.dumps({"bos_token": "<s>"}))
@@ -249,6 +261,20 @@ def test_a_hugging_face_cache_snapshot_reads_its_blobs(tmp_path: Path) -> None:
     # ... but nothing else outside the snapshot
     (tmp_path / "hub" / "secret.txt").write_text(SECRET)
     os.symlink("../../../secret.txt", snapshot / "chat_template.jinja")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(snapshot)
+    assert_refused(info.value, snapshot / "chat_template.jinja", "outside the model folder")
+
+
+def test_only_a_hub_repositorys_blobs_count_as_inside_its_snapshots(tmp_path: Path) -> None:
+    # the same layout in a folder that is not a hub cache repository (no models--org--name):
+    # its blobs are outside the snapshot like anything else
+    repo = tmp_path / "project"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "aaa").write_text(SECRET)
+    os.symlink("../../blobs/aaa", snapshot / "chat_template.jinja")
     with pytest.raises(ChatConfigError) as info:
         load_chat_config(snapshot)
     assert_refused(info.value, snapshot / "chat_template.jinja", "outside the model folder")
