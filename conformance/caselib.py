@@ -20,10 +20,14 @@ CASES_DIR = HERE / "cases"
 EXPECTED_DIR = HERE / "expected"
 
 # Keys allowed in one case object.
-CASE_KEYS = {"name", "template", "context", "options", "error", "note"}
+CASE_KEYS = {"name", "template", "context", "options", "error", "note", "python"}
 # Environment options a case may override (defaults: trim_blocks=True,
-# lstrip_blocks=True, keep_trailing_newline=False -- the transformers setup).
-OPTION_KEYS = {"trim_blocks", "lstrip_blocks", "keep_trailing_newline"}
+# lstrip_blocks=True, keep_trailing_newline=False -- the transformers setup -- and
+# generation=True: transformers' {% generation %} tag; false leaves Jinja2's own tags).
+OPTION_KEYS = {"trim_blocks", "lstrip_blocks", "keep_trailing_newline", "generation"}
+# "python": the Pythons a case's result holds on, where Python itself changed (Jinja2 calls
+# str methods as they are): "<3.13" or ">=3.13".
+PYTHON_RE = re.compile(r"^(<|>=)(\d+)\.(\d+)$")
 # Case names become pytest ids "<topic>/<name>": keep them simple.
 NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 TOPIC_RE = re.compile(r"^[a-z0-9_]+$")
@@ -116,6 +120,9 @@ def load_topic(path: Path) -> list[dict]:
         error = raw.get("error")
         if error is not None and not isinstance(error, str):
             raise CaseFileError(f"{where}: 'error' must be an exception class name")
+        python = raw.get("python")
+        if python is not None and not (isinstance(python, str) and PYTHON_RE.match(python)):
+            raise CaseFileError(f"{where}: 'python' must look like \"<3.13\" or \">=3.13\"")
         cases.append(
             {
                 "name": name,
@@ -124,6 +131,7 @@ def load_topic(path: Path) -> list[dict]:
                 "options": options,
                 "error": error,
                 "note": raw.get("note"),
+                "python": python,
             }
         )
     return cases
@@ -147,6 +155,16 @@ def load_all_cases() -> dict[str, list[dict]]:
             owner[case["name"]] = path.stem
         topics[path.stem] = cases
     return topics
+
+
+def runs_on(case: dict, version: tuple) -> bool:
+    """Whether the case's result holds on the Python of ``version`` (``sys.version_info``):
+    always, unless its ``python`` key says otherwise."""
+    if case.get("python") is None:
+        return True
+    sign, major, minor = PYTHON_RE.match(case["python"]).groups()
+    below = tuple(version[:2]) < (int(major), int(minor))
+    return below if sign == "<" else not below
 
 
 def case_digest(case: dict) -> str:

@@ -149,20 +149,22 @@ class TemplateNamespace(Namespace):
             raise SecurityError(f"namespace attribute names may not start with '_': {name!r}")
 
 
-def make_environment(now=FIXED_NOW, **options):
+def make_environment(now=FIXED_NOW, generation=True, **options):
     """A new Jinja2 environment configured like transformers' chat-template environment.
 
-    ``now`` is the datetime ``strftime_now`` formats. ``options`` are passed to the
-    environment and override the transformers defaults (``trim_blocks=True``,
-    ``lstrip_blocks=True``); the conformance cases use this for ``trim_blocks``,
-    ``lstrip_blocks`` and ``keep_trailing_newline``.
+    ``now`` is the datetime ``strftime_now`` formats. ``generation=False`` leaves out the
+    ``{% generation %}`` extension (Jinja2's own tags only, as in a plain environment).
+    ``options`` are passed to the environment and override the transformers defaults
+    (``trim_blocks=True``, ``lstrip_blocks=True``); the conformance cases use this for
+    ``trim_blocks``, ``lstrip_blocks`` and ``keep_trailing_newline``.
 
     Every call builds a fresh environment (Jinja2 caches compiled templates per environment);
     callers that want reuse keep their own.
     """
     settings = {"trim_blocks": True, "lstrip_blocks": True}
     settings.update(options)
-    env = ImmutableSandboxedEnvironment(extensions=[GenerationTracker, loopcontrols], **settings)
+    extensions = [GenerationTracker, loopcontrols] if generation else [loopcontrols]
+    env = ImmutableSandboxedEnvironment(extensions=extensions, **settings)
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = make_strftime_now(now)

@@ -15,6 +15,11 @@ filter or test the environment lacks): what the folding leaves out (``false and 
 a=1)``, ``1 if true else x|unknown``) is never compiled, in Jinja2 nor here. Any failure
 here means "not constant" (Jinja2's ``Impossible``): the expression is then evaluated at
 render time, as in Jinja2.
+
+Inside ``{% autoescape %}`` it asks about every printed expression: there a constant prints as
+Jinja2 computed it while compiling, which the render would not reproduce (``~`` escapes the
+text next to Markup at render time only, and in a block whose flag is only known at render
+time a constant is escaped as compiled while a value is escaped as the flag then says).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import nodes as n
 from .runtime import MISSING
 
-__all__ = ["slices_a_constant", "fold_printed", "has_safe_repr",
+__all__ = ["slices_a_constant", "fold_printed", "has_safe_repr", "EscapingEnvironment",
            "FOLDED_KINDS"]
 
 #: The expression kinds Jinja2's code generator tries to fold wherever they stand
@@ -80,23 +85,45 @@ def has_safe_repr(value: "Any") -> bool:
 
 
 def fold_printed(node: n.Node, env: "Any", join: "Callable[[list], str]" = "".join,
-                 text: "Callable[[Any], str]" = str) -> "Any":
+                 text: "Callable[[Any], str]" = str, volatile: bool = False,
+                 escaping: bool = False) -> "Any":
     """The value Jinja2 computes for the expression ``node`` while compiling, or MISSING
-    when it is not a constant there (``join`` joins the pieces of ``~``, made by ``text``)."""
+    when it is not a constant there (``join`` joins the pieces of ``~``, made by ``text``).
+    ``escaping``: inside ``{% autoescape true %}`` (the filters that escape there, ``join``,
+    ``replace``..., do). ``volatile``: in a block whose escaping is decided at render time
+    (``{% autoescape flag %}``), where Jinja2 computes no filter or test while compiling."""
+    if escaping:
+        env = EscapingEnvironment(env)
     try:
-        return _Folder(env, join, text).value(node)
+        return _Folder(env, join, text, volatile).value(node)
     except _Impossible:
         return MISSING
     except RecursionError:
         return MISSING
 
 
+class EscapingEnvironment:
+    """``env`` as the filters given the environment see it inside ``{% autoescape true %}``
+    while Jinja2 compiles (its eval context then): escaping. At render time they ask the
+    render itself (filters._autoescape)."""
+
+    __slots__ = ("_env",)
+    autoescape = True
+
+    def __init__(self, env: "Any") -> None:
+        self._env = env
+
+    def __getattr__(self, name: str) -> "Any":
+        return getattr(self._env, name)
+
+
 class _Folder:
     def __init__(self, env: "Any", join: "Callable[[list], str]",
-                 text: "Callable[[Any], str]" = str) -> None:
+                 text: "Callable[[Any], str]" = str, volatile: bool = False) -> None:
         self.env = env
         self.join = join
         self.text = text
+        self.volatile = volatile
 
     def value(self, node: n.Node) -> "Any":
         method = getattr(self, "fold_" + type(node).__name__, None)
@@ -188,8 +215,8 @@ class _Folder:
         from .runtime import wants_environment
 
         function = table.get(node.name)
-        if function is None or node.node is None or node.dyn_args is not None or \
-                node.dyn_kwargs is not None:
+        if self.volatile or function is None or node.node is None or \
+                node.dyn_args is not None or node.dyn_kwargs is not None:
             raise _Impossible
         if node.name in _CONTEXT_FILTERS and function is FILTERS.get(node.name):
             raise _Impossible  # Jinja2 gives these its context: never evaluated while compiling

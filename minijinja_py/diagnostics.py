@@ -30,7 +30,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, List, Optional, Sequence, Tuple
+    from typing import Any, Container, List, Optional, Sequence, Tuple
 
 from .exceptions import TemplateAssertionError, TemplateSyntaxError
 from .limits import check_deadline
@@ -198,7 +198,8 @@ class _Walk:
         raise _Found(message, self.current[2] if offset is None else offset, cls)
 
     # -- statements ----------------------------------------------------------------------
-    def statement(self, role: str, block_name: "Optional[str]", do_statement: bool) -> bool:
+    def statement(self, role: str, block_name: "Optional[str]",
+                  extension_tags: "Container[str]") -> bool:
         """``Parser.parse_statement`` (and what ``subparse`` does after it). False when the tag
         is not one Jinja2 knows here (the parser reports unknown tags itself)."""
         token = self.current
@@ -222,14 +223,15 @@ class _Walk:
             self.next()
             self.parse_filter(start_inline=True)
             self.statements()
-        # the extensions of the environments minijinja_py models: transformers' `generation`
-        # and Jinja2's loopcontrols (always there), `do` (when the environment enables it)
-        elif tag == "generation":
+        # the extensions of the environments minijinja_py models: Jinja2's loopcontrols
+        # (always there), transformers' `generation` and Jinja2's `do` (when the environment
+        # has them)
+        elif tag == "generation" and tag in extension_tags:
             self.next()
             self.statements()
         elif tag in ("break", "continue"):
             self.next()
-        elif tag == "do" and do_statement:
+        elif tag == "do" and tag in extension_tags:
             self.next()
             self.parse_tuple()
         else:
@@ -745,7 +747,8 @@ def jinja_tokens(tokens: "Sequence[Tuple[str, str, int]]") -> "List[Tuple[str, A
 
 def diagnose(tokens: "Sequence[Tuple[str, str, int]]", end: "Tuple[str, Any, int]",
              unescape: Any, role: str = "print", block_name: "Optional[str]" = None,
-             do_statement: bool = False) -> "Optional[Tuple[str, int, type, Any]]":
+             extension_tags: "Container[str]" = ()
+             ) -> "Optional[Tuple[str, int, type, Any]]":
     """The first error Jinja2 raises reading this tag, or None when it raises none.
 
     ``tokens`` are the tag's scanner tokens (a statement's tag name first); ``end`` is the
@@ -755,6 +758,8 @@ def diagnose(tokens: "Sequence[Tuple[str, str, int]]", end: "Tuple[str, Any, int
     what the tag is to the innermost open block: ``"closer"`` (``endfor``...; ``block_name``
     for ``endblock``), ``"middle"`` (``else``, ``elif``) or ``"statement"``. ``unescape(text)``
     decodes a string literal, raising TemplateSyntaxError as Jinja2's lexer does.
+    ``extension_tags`` are the extensions' statements the environment has (``"do"``,
+    ``"generation"``).
 
     Returns ``(message, offset, exception class, ready error)``: the ready error is the
     scanner's own exception (then the rest is unused), else None.
@@ -767,7 +772,7 @@ def diagnose(tokens: "Sequence[Tuple[str, str, int]]", end: "Tuple[str, Any, int
             walk.parse_tuple()
             walk.expect("variable_end")
         else:
-            walk.statement(role, block_name, do_statement)
+            walk.statement(role, block_name, extension_tags)
     except _Found as found:
         return found.message, found.offset, found.cls, found.error
     except RecursionError:  # nested deeper than Python's stack allows (Jinja2's parser too)

@@ -40,7 +40,7 @@ from .exceptions import FilterArgumentError
 from .budget import DICT_VIEWS, ITEM_STEPS
 from .collisions import SALT, check_engine_table
 from .limits import (charge, check_collection_size, check_deadline, check_string_size,
-                     current_limits)
+                     current_limits, current_render)
 from .markup import Markup
 from .markup import escape as _escape
 from .methods import STR_STAND_INS
@@ -80,11 +80,13 @@ class _Regex:
 
 
 def _autoescape(env: Any) -> bool:
-    """Whether the environment escapes output (off in transformers; attribute optional)."""
+    """Whether output is escaped where the filter runs (Jinja2's eval context): inside
+    ``{% autoescape true %}`` of the render in progress, or everywhere in an environment that
+    escapes (off in transformers; attribute optional)."""
     setting = getattr(env, "autoescape", False)
     if callable(setting):
         setting = setting(None)
-    return bool(setting)
+    return bool(setting) or getattr(current_render(), "autoescape", False) is True
 
 
 def _has_html(value: Any) -> bool:
@@ -171,6 +173,9 @@ def _mapping_items(value: Any) -> Any:
 _CONTAINERS = (list, tuple, dict, set, frozenset) + DICT_VIEWS  # views print their items
 # Engine objects whose printed form shows the data they hold (``<Namespace {...}>``...).
 _HOLDERS = (Namespace, Cycler, Joiner)
+#: What each holder's repr prints around the data it holds (``<Namespace `` and ``>``).
+_HOLDER_WRAPPERS = ((Namespace, len("<Namespace >")), (Cycler, len("<Cycler >")),
+                    (Joiner, len("<Joiner >")))
 #: Characters measured at a time when the exact escaped length of a string is needed: bounds
 #: the temporary copy (at most 12 times this) made to measure it.
 _MEASURE_CHUNK = 1 << 16
@@ -244,7 +249,8 @@ def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int =
         if isinstance(obj, float):
             return 24
         if isinstance(obj, _HOLDERS):
-            return 32 + holder(obj)
+            return next(size for cls, size in _HOLDER_WRAPPERS if isinstance(obj, cls)) + \
+                holder(obj)
         return 32
 
     def holder(obj: Any) -> int:
@@ -389,6 +395,11 @@ def _check_serialised_size(value: Any, what: str, item_sep: int = 2, key_sep: in
         if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:
             size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only,
                                        escaping)
+    if size > limits.max_string_size:
+        # a value that is no container (a str, a namespace): measured, but no container's
+        # total compared it with the limit (json escapes a character in up to 6)
+        raise limits.exceeded("max_string_size", f"{what} would build a string of more than "
+                                                 f"{limits.max_string_size:,} characters")
     charge(size >> 2)
     return tree
 

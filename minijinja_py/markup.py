@@ -130,8 +130,10 @@ class Markup(str):
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({str.__repr__(self)})"
 
-    def join(self, seq: Iterable[Any]) -> "Markup":  # type: ignore[override]
-        return self.__class__(str.join(self, map(escape, seq)))
+    # (the methods below take their arguments by position only, as markupsafe's do: a
+    # keyword is refused with Python's own message, which names the parameter)
+    def join(self, iterable: Iterable[Any], /) -> "Markup":  # type: ignore[override]
+        return self.__class__(str.join(self, map(escape, iterable)))
 
     def split(self, sep: Any = None, maxsplit: int = -1) -> list:  # type: ignore[override]
         return [self.__class__(part) for part in str.split(self, sep, maxsplit)]
@@ -142,22 +144,22 @@ class Markup(str):
     def splitlines(self, keepends: bool = False) -> list:  # type: ignore[override]
         return [self.__class__(part) for part in str.splitlines(self, keepends)]
 
-    def partition(self, sep: str) -> tuple:  # type: ignore[override]
+    def partition(self, sep: str, /) -> tuple:  # type: ignore[override]
         return tuple(self.__class__(part) for part in str.partition(self, sep))
 
-    def rpartition(self, sep: str) -> tuple:  # type: ignore[override]
+    def rpartition(self, sep: str, /) -> tuple:  # type: ignore[override]
         return tuple(self.__class__(part) for part in str.rpartition(self, sep))
 
-    def replace(self, old: str, new: str, count: Any = -1) -> "Markup":  # type: ignore[override]
+    def replace(self, old: str, new: str, count: Any = -1, /) -> "Markup":  # type: ignore[override]
         return self.__class__(str.replace(self, old, escape(new), count))
 
-    def ljust(self, width: Any, fillchar: str = " ") -> "Markup":  # type: ignore[override]
+    def ljust(self, width: Any, fillchar: str = " ", /) -> "Markup":  # type: ignore[override]
         return self.__class__(str.ljust(self, width, escape(fillchar)))
 
-    def rjust(self, width: Any, fillchar: str = " ") -> "Markup":  # type: ignore[override]
+    def rjust(self, width: Any, fillchar: str = " ", /) -> "Markup":  # type: ignore[override]
         return self.__class__(str.rjust(self, width, escape(fillchar)))
 
-    def center(self, width: Any, fillchar: str = " ") -> "Markup":  # type: ignore[override]
+    def center(self, width: Any, fillchar: str = " ", /) -> "Markup":  # type: ignore[override]
         return self.__class__(str.center(self, width, escape(fillchar)))
 
     def format(self, *args: Any, **kwargs: Any) -> "Markup":  # type: ignore[override]

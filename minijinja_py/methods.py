@@ -121,21 +121,57 @@ def _str_format(value: str, *args: Any, **kwargs: Any) -> str:
     return _formatter_class(False)(current_sandbox()).vformat(value, args, kwargs)
 
 
-def _str_format_map(value: str, mapping: Any) -> str:
-    return _str_format(value, **dict(mapping))
+def _str_format_map(value: str, *args: Any, **kwargs: Any) -> str:
+    # (the checks and messages of Jinja2's sandbox, which runs format_map itself)
+    if kwargs:
+        raise TypeError("format_map() takes no keyword arguments")
+    if len(args) != 1:
+        raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+    return _str_format(value, **dict(args[0]))
 
 
-def _padded(method: Callable[..., str]) -> Callable[..., str]:
-    def pad(value: str, width: Any, *args: Any) -> str:
+def _python_checks(value: Any, name: str, args: tuple, kwargs: dict) -> None:
+    """Raise the TypeError Python raises for ``value.name(*args, **kwargs)`` when it refuses
+    those arguments: how many there are, and which may be given by keyword.
+
+    The wrappers below read their arguments themselves (to measure what a call would build
+    before it builds it), but which arguments a method takes, and by keyword or not, is
+    Python's to say, and it changes between versions: ``str.replace`` takes ``count=`` from
+    Python 3.13 on, and refuses every keyword before. So a call that is not the plain
+    positional one is first made on an empty receiver of the value's kind (a str, or a Markup,
+    whose methods take no keywords either), where it does no work: it raises Python's own
+    error, or returns and the wrapper goes on."""
+    receiver: Any = ""
+    if type(value) is not str:
+        from .markup import Markup
+
+        if isinstance(value, Markup):
+            receiver = Markup()
+    getattr(receiver, name)(*args, **kwargs)
+
+
+def _padded(name: str, most: int = 2) -> Callable[..., str]:
+    """``value.name(width[, fillchar])`` (``most`` arguments, none by keyword) with the width
+    checked before the padding is made."""
+    def pad(value: str, *args: Any, **kwargs: Any) -> str:
+        width = args[0] if args else None
         if isinstance(width, int):
             check_string_size(width)
-        return method(value, width, *args)
+        if kwargs or not 1 <= len(args) <= most:
+            _python_checks(value, name, args, kwargs)
+        return getattr(value, name)(*args, **kwargs)
 
-    pad.__name__ = method.__name__
+    pad.__name__ = name
     return pad
 
 
-def _str_replace(value: str, old: str, new: str, count: int = -1) -> str:
+def _str_replace(value: str, *args: Any, **kwargs: Any) -> str:
+    if kwargs or not 2 <= len(args) <= 3:
+        _python_checks(value, "replace", args, kwargs)  # count= is taken from Python 3.13 on
+    old, new = args[0], args[1]
+    count = args[2] if len(args) > 2 else kwargs.get("count", -1)
+    if not isinstance(count, int):  # Python refuses it before replacing anything
+        return value.replace(old, new, count)
     if isinstance(old, str) and isinstance(new, str):
         inserted = len(new)
         if type(value) is not str:
@@ -145,14 +181,16 @@ def _str_replace(value: str, old: str, new: str, count: int = -1) -> str:
                 inserted = len(escape(new))
         if inserted > len(old):
             occurrences = value.count(old) if old else len(value) + 1
-            if count is not None and count >= 0:
+            if count >= 0:
                 occurrences = min(occurrences, count)
             check_string_size(len(value) + occurrences * (inserted - len(old)))
     return value.replace(old, new, count)
 
 
-def _str_join(value: str, iterable: Any) -> str:
-    items = measured = list(iterable)
+def _str_join(value: str, *args: Any, **kwargs: Any) -> str:
+    if kwargs or len(args) != 1:
+        _python_checks(value, "join", args, kwargs)  # one argument, never by keyword
+    items = measured = list(args[0])
     check_collection_size(len(items))
     if type(value) is not str:
         from .markup import Markup, escape
@@ -180,14 +218,20 @@ def _list_extend(value: list, iterable: Any) -> None:
     value.extend(iterable)
 
 
-def _str_expandtabs(value: str, tabsize: int = 8) -> str:
+def _str_expandtabs(value: str, *args: Any, **kwargs: Any) -> str:
+    """``str.expandtabs``: each tab becomes at most ``tabsize`` spaces."""
+    if len(args) > 1 or (kwargs and (args or set(kwargs) != {"tabsize"})):
+        _python_checks(value, "expandtabs", args, kwargs)
+    tabsize = args[0] if args else kwargs.get("tabsize", 8)
     if isinstance(tabsize, int):
-        check_repeat_size(max(tabsize, 1), value.count("\t") + 1)
+        check_string_size(len(value) + value.count("\t") * (max(tabsize, 1) - 1))
     return value.expandtabs(tabsize)
 
 
 def _str_method(name: str) -> Callable[..., Any]:
     def method(value: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs and type(value) is not str:  # a subclass's method takes them as str's does
+            _python_checks(value, name, args, kwargs)
         return getattr(value, name)(*args, **kwargs)
 
     method.__name__ = name
@@ -223,16 +267,19 @@ STR_METHODS.update({
     "replace": _str_replace,
     "join": _str_join,
     "expandtabs": _str_expandtabs,
-    "zfill": _padded(lambda value, width: value.zfill(width)),
-    "center": _padded(lambda value, width, *fill: value.center(width, *fill)),
-    "ljust": _padded(lambda value, width, *fill: value.ljust(width, *fill)),
-    "rjust": _padded(lambda value, width, *fill: value.rjust(width, *fill)),
+    "zfill": _padded("zfill", most=1),
+    "center": _padded("center"),
+    "ljust": _padded("ljust"),
+    "rjust": _padded("rjust"),
 })
 
 
-def _str_translate(value: str, table: Any) -> str:
+def _str_translate(value: str, *args: Any, **kwargs: Any) -> str:
     """``str.translate``: a mapping can turn every character into a long string, and every
     character's code point (an int: a key a template may aim) is looked up in it."""
+    if kwargs or len(args) != 1:
+        _python_checks(value, "translate", args, kwargs)  # one argument, never by keyword
+    table = args[0]
     if isinstance(table, dict):
         longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
         check_repeat_size(max(longest, 1), len(value))
@@ -242,7 +289,9 @@ def _str_translate(value: str, table: Any) -> str:
     return value.translate(table)
 
 
-def _str_maketrans(value: str, *args: Any) -> dict:
+def _str_maketrans(value: str, *args: Any, **kwargs: Any) -> dict:
+    if kwargs:
+        _python_checks(value, "maketrans", args, kwargs)  # positional only
     charge(sum(len(arg) for arg in args if isinstance(arg, (str, dict))) >> 1)
     return value.maketrans(*args)
 

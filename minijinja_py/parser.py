@@ -24,7 +24,7 @@ import _thread
 import warnings
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import lalr
 from . import nodes as n
@@ -35,6 +35,8 @@ from .scanner import (BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineI
                       line_number, scan)
 
 DEFAULT_MAX_NESTING = 128
+#: The extensions' statements transformers' chat environment has: ``{% generation %}``.
+CHAT_EXTENSION_TAGS = ("generation",)
 START_SYMBOLS = ["print_tag", "expr_tag", "if_tag", "for_tag", "set_tag", "macro_tag",
                   "signature_tag", "filter_tag", "with_tag"]
 
@@ -619,8 +621,8 @@ class _Open:
 class Parser:
     """Parses one template source into an :class:`nodes.Template`."""
 
-    def __init__(self, source: str, *, name: Optional[str] = None, do_statement: bool = False,
-                 trim_blocks: bool = False,
+    def __init__(self, source: str, *, name: Optional[str] = None,
+                 extension_tags: Iterable[str] = CHAT_EXTENSION_TAGS, trim_blocks: bool = False,
                  lstrip_blocks: bool = False, keep_trailing_newline: bool = False,
                  max_nesting: int = DEFAULT_MAX_NESTING) -> None:
         self.source = source
@@ -640,7 +642,8 @@ class Parser:
         self.max_tag_depth = 0  # expression of one tag can have: see _check_depth
         self.position = _position_function(self.lines.starts)
         self.block_names: set = set()  # `{% block %}` names: Jinja2 refuses one defined twice
-        self.do_statement = do_statement  # `{% do %}`: only with Jinja2's `do` extension
+        # the statements of the environment's extensions (`do`, `generation`) it accepts
+        self.extension_tags = frozenset(extension_tags)
         self.transformer = ToAst(self.position, max_nesting, self.tables.max_rule_size)
         self.stack: List[_Open] = []  # the open blocks, innermost last (during parse())
 
@@ -699,7 +702,7 @@ class Parser:
 
         try:
             found = diagnose(segment.tokens, end, unescape_string, role, block_name,
-                             self.do_statement)
+                             self.extension_tags)
         except LimitExceededError as exc:  # the parse deadline
             exc._locate(*self.position(segment.offset))
             exc._attach_source(self.name, self.source)
@@ -908,8 +911,8 @@ class Parser:
     def _handler(self, kind: str, tag: str) -> Any:
         """The method reading a statement's head, None for a tag Jinja2 does not know."""
         handler = _STATEMENTS.get(tag) if kind in ("NAME", "IF") else None
-        if handler is None and tag == "do" and kind == "NAME" and self.do_statement:
-            handler = Parser._stmt_do
+        if handler is None and kind == "NAME" and tag in self.extension_tags:
+            handler = _EXTENSION_STATEMENTS[tag]
         return handler
 
     def _expect_end(self, rest: list, segment: Segment, block: Optional["_Open"] = None) -> None:
@@ -1015,18 +1018,11 @@ class Parser:
                    line, column)
 
     def _stmt_loop_control(self, rest, segment, stack, line, column):
-        tag = "break" if segment.tokens[0][1] == "break" else "continue"
+        # (one outside a loop is refused by the compiler, after Jinja2's own compile errors:
+        # Python's SyntaxError compiling Jinja2's code for the template)
+        node_type = n.Break if segment.tokens[0][1] == "break" else n.Continue
         self._expect_end(rest, segment)
-        for block in reversed(stack):
-            if block.tag in ("macro", "call", "block"):  # a block renders as a function
-                break
-            if block.tag == "for" and block.middle != "else":
-                node_type = n.Break if tag == "break" else n.Continue
-                stack[-1].body.append(node_type(lineno=line, column=column))
-                return
-        # Jinja2: Python's SyntaxError compiling the template, with Python's message
-        message = "'break' outside loop" if tag == "break" else "'continue' not properly in loop"
-        self._defer(self.error(message, line, column))
+        stack[-1].body.append(node_type(lineno=line, column=column))
 
     def _stmt_do(self, rest, segment, stack, line, column):
         expr = self.parse_tokens(rest, "print_tag", segment)  # Jinja2: a tuple too
@@ -1191,7 +1187,6 @@ _STATEMENTS = {
     "call": Parser._stmt_call,
     "filter": Parser._stmt_filter,
     "with": Parser._stmt_with,
-    "generation": Parser._stmt_generation,
     "block": Parser._stmt_block,
     "autoescape": Parser._stmt_autoescape,
     "break": Parser._stmt_loop_control,
@@ -1199,19 +1194,30 @@ _STATEMENTS = {
     "print": Parser._stmt_print,
     **{tag: Parser._stmt_no_loader for tag in _NO_LOADER_TAGS},
 }
+#: The statements an environment has only with the extension that makes them: Jinja2's `do`
+#: and transformers' `generation` (its AssistantTracker). Tags for Parser's
+#: ``extension_tags``.
+_EXTENSION_STATEMENTS = {
+    "do": Parser._stmt_do,
+    "generation": Parser._stmt_generation,
+}
 
 
 def parse(source: str, *, name: Optional[str] = None, trim_blocks: bool = False,
           lstrip_blocks: bool = False, keep_trailing_newline: bool = False,
-          max_nesting: int = DEFAULT_MAX_NESTING, do_statement: bool = False) -> n.Template:
-    """Parse ``source`` into an AST; raises :class:`TemplateSyntaxError`. ``do_statement``
-    accepts ``{% do expr %}`` (Jinja2's ``do`` extension)."""
+          max_nesting: int = DEFAULT_MAX_NESTING,
+          extension_tags: Iterable[str] = CHAT_EXTENSION_TAGS) -> n.Template:
+    """Parse ``source`` into an AST; raises :class:`TemplateSyntaxError`. ``extension_tags``
+    are the extensions' statements it accepts besides Jinja2's own: ``"do"`` (``{% do expr
+    %}``, Jinja2's ``do`` extension) and ``"generation"`` (transformers' ``{% generation
+    %}``); by default those of transformers' chat environment."""
     with PausedGC(len(source)):
-        parser = Parser(source, name=name, do_statement=do_statement, trim_blocks=trim_blocks,
+        parser = Parser(source, name=name, extension_tags=extension_tags,
+                        trim_blocks=trim_blocks,
                         lstrip_blocks=lstrip_blocks,
                         keep_trailing_newline=keep_trailing_newline, max_nesting=max_nesting)
         return parser.parse()
 
 
-__all__ = ["parse", "Parser", "PausedGC", "GC_PAUSE_SOURCE", "ToAst", "unescape_string",
-           "LineIndex", "START_SYMBOLS"]
+__all__ = ["parse", "Parser", "CHAT_EXTENSION_TAGS", "PausedGC", "GC_PAUSE_SOURCE", "ToAst",
+           "unescape_string", "LineIndex", "START_SYMBOLS"]

@@ -151,8 +151,10 @@ class FrameSymbols:
 
 
 def analyse_frame(body: Iterable[n.Node], outer: "Container[str]",
-                  declared: Iterable[str] = ()) -> FrameSymbols:
-    """Symbols of a frame whose statements are ``body``; ``declared`` are its parameters.
+                  declared: Iterable[str] = (), first: Iterable[n.Node] = ()) -> FrameSymbols:
+    """Symbols of a frame whose statements are ``body``; ``declared`` are its parameters,
+    and ``first`` the expressions it evaluates before its statements (a macro's defaults, the
+    flag of ``{% autoescape %}``).
 
     ``outer`` holds the names the enclosing frames know (their :meth:`FrameSymbols.refs`).
     """
@@ -161,6 +163,8 @@ def analyse_frame(body: Iterable[n.Node], outer: "Container[str]",
         symbols._set_mode(name, RESOLVE)
         symbols._add_stores((name,))
     visitor = _Visitor(symbols)
+    for node in first:
+        visitor.visit(node)
     for node in body:
         visitor.visit(node)
     return visitor.symbols
@@ -273,9 +277,7 @@ class _Visitor:
         pass
 
     def visit_AutoEscape(self, node: n.Node) -> None:
-        self.visit(node.enabled)
-        for statement in node.body:
-            self.visit(statement)
+        pass  # a frame of its own (Jinja2 puts the block in a Scope), its flag read in it
 
 
 _CONTAINERS = (n.Node, list, tuple)

@@ -5,9 +5,12 @@ return a str or raise a ``mj.TemplateError`` subclass with a message and a locat
 bounded time and without modifying the caller's data. Never another exception type, never a
 hang, never a memory address in the output.
 
-Two generators feed that property, and two differential tests compare every generated
+Two generators feed that property, and three differential tests compare every generated
 template with Jinja2 itself (the project's reference, conformance/reference_jinja2.py): the same
-output, or an error on both sides; hypothesis reduces a failing example to a small one.
+output, or an error on both sides; hypothesis reduces a failing example to a small one. The
+third draws the shapes where differential campaigns found differences (run-time
+``{% autoescape %}`` flags, loop controls in a recursive loop's ``else``, loop filters with
+unknown tests), which the general generator seldom builds.
 
 * :func:`templates` builds random templates from the language's pieces: literals, names,
   attribute and item access, calls, filters, tests, operators, conditional expressions,
@@ -747,4 +750,88 @@ def _differential(source: str, data: Dict[str, Any]) -> None:
 def test_generated_templates_render_like_jinja2(source: str, data: Dict[str, Any]) -> None:
     """The differential mode over the whole generated language, malformed templates and odd
     data included (the well-formed test above covers typed data)."""
+    _differential(source, data)
+
+
+# -- the corners a differential campaign found, generated on purpose ---------------------------
+# Templates of the generator above rarely hold these shapes, so each example here holds one:
+# `{% autoescape %}` with a flag known only at render time (escaping then decided per value,
+# constants printed as compiled), break/continue in the `else` of a recursive loop inside
+# another loop (refused, as Python refuses Jinja2's code), and a loop's filter (a frame of its
+# own, where an unknown filter or test is a compile error even inside an `if`).
+_FLAGS = st.sampled_from(["x", "y", "not x", "x is defined", "messages|length > 1",
+                          "add_generation_prompt", "undefined_z", "true", "false", "1 > 0",
+                          "'' ~ x"])
+_ESCAPED_OUTPUT = st.sampled_from([
+    "{{ '<&>' }}", "{{ '<' ~ 1 }}", "{{ ['<'] }}", "{{ x }}", "{{ x ~ '<' }}", "{{ '<'|upper }}",
+    "{{ ('<b>'|safe) ~ x }}", "{{ x|e }}", "{{ bos_token }}", "<raw>", "{{ '<'[0] }}",
+    "{% set a = '<' ~ x %}{{ a }}", "{% set a %}<{{ x }}{% endset %}{{ a }}",
+    "{% filter upper %}<{{ x }}{% endfilter %}", "{% filter e %}<{{ '<' }}{% endfilter %}",
+    "{% macro esc(v) %}<{{ v }}{{ '>' }}{% endmacro %}", "{{ esc('<') }}", "{{ esc(x)|e }}",
+    "{% call esc(x) %}{{ '<' }}{% endcall %}", "{{ ['<', '&'|safe]|join }}",
+    "{% set x = '<set>' %}"])
+
+
+def _autoescape_block(flag: str, body: List[str]) -> str:
+    return f"{{% autoescape {flag} %}}{''.join(body)}{{% endautoescape %}}"
+
+
+_autoescape_bodies = st.lists(st.one_of(_ESCAPED_OUTPUT, statements), max_size=4)
+autoescape_templates = st.builds(
+    lambda before, block, after: "".join(before) + block + "".join(after),
+    st.lists(_ESCAPED_OUTPUT, max_size=2),
+    st.recursive(st.builds(_autoescape_block, _FLAGS, _autoescape_bodies),
+                 lambda inner: st.builds(lambda f, a, b, c: _autoescape_block(f, a + [b] + c),
+                                         _FLAGS, _autoescape_bodies, inner,
+                                         _autoescape_bodies),
+                 max_leaves=3),
+    st.lists(_ESCAPED_OUTPUT, max_size=2))
+
+_LOOP_CONTROLS = st.sampled_from(["{% break %}", "{% continue %}",
+                                  "{% if loop is defined %}{% break %}{% endif %}",
+                                  "{% if x %}{% continue %}{% else %}{% break %}{% endif %}",
+                                  "{% with %}{% break %}{% endwith %}",
+                                  "{% filter upper %}{% continue %}{% endfilter %}",
+                                  "{% generation %}{% break %}{% endgeneration %}",
+                                  "{% macro mb() %}{% break %}{% endmacro %}",
+                                  "{% call m() %}{% continue %}{% endcall %}",
+                                  "{% block bb %}{% break %}{% endblock %}"])
+loop_control_templates = st.builds(
+    lambda outer, items, recursive, body, control, nested: (
+        (f"{{% for m in {outer} %}}[{{{{ m }}}}]" if nested else "")
+        + f"{{% for a in {items}{recursive} %}}{{{{ a }}}}{body}{{% else %}}{control}"
+          "{% endfor %}" + ("{% endfor %}" if nested else "")),
+    st.sampled_from(["messages", "[1, 2]", "x"]),
+    st.sampled_from(["[]", "x", "y", "messages", "[[1], 2]"]),
+    st.sampled_from([" recursive", " recursive", ""]),
+    st.lists(st.one_of(_LOOP_CONTROLS, statements), max_size=2).map("".join),
+    _LOOP_CONTROLS, st.booleans())
+
+# (as many unknown names as known ones: where they stand decides when they are refused)
+_UNKNOWN = st.sampled_from(["lower1", "nosuchtest", "nosuchfilter"])
+_LOOP_TESTS = st.one_of(
+    st.builds(lambda e, neg, t: f"{e} is {neg}{t}", st.sampled_from(["a", "x", "loop", "nextitem"]),
+              st.sampled_from(["", "not "]), st.one_of(st.sampled_from(TESTS), _UNKNOWN)),
+    st.builds(lambda e, f: f"{e}|{f}", st.sampled_from(["a", "x"]),
+              st.one_of(st.sampled_from(FILTERS), _UNKNOWN)),
+    expressions)
+loop_filter_templates = st.builds(
+    lambda guard, target, items, test, body, else_: (
+        (f"{{% if {guard} %}}" if guard else "")
+        + f"{{% for {target} in {items} if {test} %}}{{{{ a }}}}{body}{else_}{{% endfor %}}"
+        + ("{% endif %}" if guard else "")),
+    st.sampled_from(["", "x", "false", "true", "x is defined"]),
+    st.sampled_from(["a", "a, b"]), st.sampled_from(["messages", "x", "[1, 'A', none]", "y"]),
+    _LOOP_TESTS, st.lists(statements, max_size=2).map("".join),
+    st.sampled_from(["", "{% else %}none"]))
+
+corner_templates = st.one_of(autoescape_templates, loop_control_templates,
+                             loop_filter_templates)
+
+
+@FUZZ_SETTINGS
+@given(source=corner_templates, data=contexts)
+def test_corner_shapes_render_like_jinja2(source: str, data: Dict[str, Any]) -> None:
+    """The differential mode over the shapes above: run-time `{% autoescape %}` flags, loop
+    controls in a recursive loop's `else`, and loop filters."""
     _differential(source, data)

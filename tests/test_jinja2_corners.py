@@ -67,6 +67,12 @@ CASES = [
     "{% for c in 'ab' %}{{ c['type'] == 'text' }}{{ c['type'].x }}{% endfor %}",
     "{{ 'abc'.thinking is defined }}|{{ 'abc'.upper() }}|{{ 'abc'.thinking }}|"
     "{{ 'abc'[0].thinking is defined }}|{{ 'abc'.__class__ is defined }}",
+    # which arguments a str method takes by keyword is the running Python's to say:
+    # str.replace takes count= from 3.13 on (the conformance cases hold below 3.13 only)
+    "{{ 'aaa'.replace('a', 'b', count=1) }}",
+    "{{ 'aaa'.replace(old='a', new='b') }}",
+    "{{ 'aaa'.replace('a', 'b', 1, count=2) }}",
+    "{{ 'aaa'.replace('a', 'b', count='x') }}",
 ]
 
 

@@ -22,6 +22,9 @@ refuses. Below the bound the output equals Jinja2's.
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -169,7 +172,9 @@ def test_hostile_hashing_is_refused(source: str, data: Any, data_expr: str,
     options: Dict[str, Any] = {}
     if env_options is not None:
         options = {"env": "plain", "env_options": env_options}
+    # the deadline (a wall clock) out of the way: on a loaded machine it could fire first
     result = run_isolated(source, data, data_expr=data_expr, timeout=TIMEOUT, memory=MEMORY,
+                          limits={"max_seconds": None},
                           render_mode="provenance" if provenance else None, **options)
     assert result.kind == "template_error", result.describe()
     assert result.error_class == "LimitExceededError", result.describe()
@@ -247,6 +252,8 @@ def test_mutable_growth_below_the_bound() -> None:
     (0.5, True, False),                 # at most 34 floats share a hash value
     ((1, 2), True, True),               # two numbers: one can be solved for the other
     ((3,), True, False),                # one number: a bijection of its hash
+    ((0.5, 2.5), True, True),           # floats in a tuple, as ints
+    ((0.5,), True, False),
     (("a", 5), False, False),           # a secret lane mixed in
     (("a", P), True, True),             # ... but a colliding item collides the tuple
     (("a", (1, 2)), True, True),
@@ -258,6 +265,20 @@ def test_which_keys_a_template_can_aim(key: Any, steered: bool, colliding: bool)
 
     assert (collisions.census([key])[1] == 1) == steered
     assert (collisions.census([key], salted=True)[1] == 1) == colliding
+
+
+def test_a_fixed_pythonhashseed_makes_strs_keys_a_template_can_aim() -> None:
+    """Strings are not counted because Python keys their hash with a secret of the process;
+    a fixed PYTHONHASHSEED makes every str hash computable (README: hash collisions), so
+    strs are then counted as ints are. Checked in a child started with the seed."""
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); from minijinja_py import "
+              "collisions; print(collisions.census(['role'])[1], "
+              "collisions.census(['role'], salted=True)[1])")
+    root = str(Path(mj.__file__).resolve().parent.parent)
+    for seed, expected in (("0", "1 0"), ("random", "0 0")):
+        child = subprocess.run([sys.executable, "-c", script, root], capture_output=True,
+                               text=True, timeout=60, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert child.stdout.split() == expected.split(), (seed, child.stderr)
 
 
 def test_solved_small_int_pairs_share_one_hash() -> None:
