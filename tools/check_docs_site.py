@@ -45,6 +45,9 @@ WINDOW = (1280, 1600)
 #: A screenshot of a rendered page compresses to far more than this (a blank one to ~5 KB).
 MIN_SCREENSHOT_BYTES = 40_000
 BROWSER_TIMEOUT = 60  # seconds for one page (it takes 1-3 s)
+#: Seconds for mkdocs build (about 5 s): a highlighter stuck on a code block must fail the
+#: check, not hang it (Pygments' traceback lexer backtracks without end on some pycon blocks).
+BUILD_TIMEOUT = 240
 #: Links every page's navigation must have: (page, link text).
 SHARED_NAVIGATION = (("getting-started/", "Getting started"), ("chat-api/", "The chat API"),
                      ("security/", "Security"), ("reference/chat/", "Chat API"))
@@ -219,8 +222,14 @@ def find_browser(explicit: Optional[str] = None) -> Optional[str]:
 def build_site(site: Path) -> Tuple[bool, str]:
     """``mkdocs build --strict`` into ``site``: (success, its output)."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                           str(site)], cwd=ROOT, env=env, capture_output=True, text=True)
+    try:
+        done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                               str(site)], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT)
+    except subprocess.TimeoutExpired as expired:
+        output = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part
+                         for part in (expired.stdout, expired.stderr) if part)
+        return False, f"{output}\nmkdocs build did not finish in {BUILD_TIMEOUT} s"
     return done.returncode == 0, done.stdout + done.stderr
 
 
