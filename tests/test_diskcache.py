@@ -243,7 +243,7 @@ def test_payload_whose_references_expand_is_refused_by_the_item_budget(cache_dir
                                           timeout=30.0)
     assert refused == "_TooLarge"
     assert loaded is None
-    assert seconds < 1.0  # (CPU time: the wall clock grows with the machine's load)
+    assert seconds < 5.0  # CPU time, generous: 1.3 s measured at load 10 (a few ms idle)
     assert mj.chat_environment().from_string(source).render() == "fine" + "." * 10_000
 
 
