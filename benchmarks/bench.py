@@ -82,6 +82,40 @@ import zlib
 sys.stdout.write("%%r %%d" %% (t1 - t0, zlib.crc32(out.encode("utf-8"))))
 '''
 
+# The chat API's cold start (figure 3b): examples/chatml.jinja and examples/conversation.json,
+# the parse cache off (MINIJINJA_PY_CACHE=0), CPU time (process_time: a loaded machine's
+# waits do not count) around import + first render, one path per child. argv: template path,
+# the call's keyword arguments (marshal path: reading JSON would import json before t0, and
+# with it part of what the chat path must not import).
+CHAT_TEMPLATE = os.path.join(REPO, "examples", "chatml.jinja")
+CHAT_CONVERSATION = os.path.join(REPO, "examples", "conversation.json")
+CHAT_COLD_CHILD = '''
+import sys, time, marshal
+with open(sys.argv[1], encoding="utf-8") as f:
+    src = f.read()
+with open(sys.argv[2], "rb") as f:
+    ctx = marshal.load(f)
+t0 = time.process_time()
+%s
+t1 = time.process_time()
+import zlib
+sys.stdout.write("%%r %%d" %% (t1 - t0, zlib.crc32(out.encode("utf-8"))))
+'''
+#: path label -> (what the table says, the code timed); "engine" is the reference the others
+#: are compared with. Jinja2 renders the variables as the engine path does.
+CHAT_PATHS = {
+    "engine": ("engine: `chat_environment().from_string(src).render(**ctx)`",
+               "import minijinja_py as mj\nout = mj.chat_environment().from_string(src)"
+               ".render(**ctx)"),
+    "ChatTemplate": ("chat API: `ChatTemplate(src).render(**ctx)`",
+                     "import minijinja_py as mj\nout = mj.ChatTemplate(src).render(**ctx)"),
+    "apply_chat_template": ("chat API: `apply_chat_template(src, **ctx)`",
+                            "import minijinja_py as mj\nout = mj.apply_chat_template(src, **ctx)"),
+    "jinja2": ("Jinja2: `make_environment().from_string(src).render(**ctx)`",
+               J2_SETUP.replace("now=NOW", "") + "out = env.from_string(src).render(**ctx)"),
+}
+CHAT_API_PATHS = ("ChatTemplate", "apply_chat_template")
+
 IMPORT_CHILD = '''
 import sys, time
 t0 = time.perf_counter()
@@ -225,7 +259,10 @@ SIMPLEST_TEMPLATES = ("cz-chatml", "ollama-llama3-8b")
 
 #: Targets (issue "Speed, round two"): ratios to transformers' Jinja2, lower is better.
 TARGETS = {"import_ratio": 0.25, "import_seconds": 0.005, "cold": 0.15, "cold_cached": 0.3,
-           "warm_median": 0.35, "warm_worst": 0.7, "memory": 1.0}
+           "warm_median": 0.35, "warm_worst": 0.7, "memory": 1.0,
+           # issue "a user's page...": the chat API costs at most this much more than the
+           # engine path in a fresh process (CPU time, parse cache off)
+           "chat_cold_extra_seconds": 0.002}
 
 
 def pick_templates(corpus: str) -> list:
@@ -385,19 +422,22 @@ def check_case(case: Case, compiled: dict, mj_module) -> None:
 
 
 # ---- subprocess figures ---------------------------------------------------------------------
-def child_env(cache_dir: str | None) -> dict:
-    env = dict(os.environ)
+def child_env(cache_dir: str | None, extra: dict | None = None) -> dict:
+    env = dict(os.environ, **(extra or {}))
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("MINIJINJA_PY_CACHE", None)
+    if "MINIJINJA_PY_CACHE" not in (extra or {}):
+        env.pop("MINIJINJA_PY_CACHE", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if cache_dir is not None:
         env["MINIJINJA_PY_CACHE_DIR"] = cache_dir
     return env
 
 
-def run_child(code: str, args: list, cache_dir: str | None) -> str:
+def run_child(code: str, args: list, cache_dir: str | None, extra_env: dict | None = None
+              ) -> str:
     proc = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True,
-                          env=child_env(cache_dir), cwd=tempfile.gettempdir(), timeout=300)
+                          env=child_env(cache_dir, extra_env), cwd=tempfile.gettempdir(),
+                          timeout=300)
     if proc.returncode != 0:
         raise RuntimeError("child failed (%d): %s" % (proc.returncode, proc.stderr.strip()[-2000:]))
     return proc.stdout
@@ -444,6 +484,48 @@ def bench_cold(templates: list, cold_inputs: dict, repeats: int, scratch: str,
                 samples[tname][engine].append(float(seconds))
                 if not cached:
                     shutil.rmtree(cache, ignore_errors=True)
+    return samples
+
+
+def chat_cold_inputs(mj, scratch: str) -> tuple:
+    """(template path, call arguments path, {path: expected output crc}) for figure 3b; the
+    expected outputs are rendered in this process, each path by itself."""
+    with open(CHAT_TEMPLATE, encoding="utf-8") as f:
+        src = f.read()
+    with open(CHAT_CONVERSATION, encoding="utf-8") as f:
+        ctx = json.load(f)
+    ctxp = os.path.join(scratch, "chat-ctx.marshal")
+    with open(ctxp, "wb") as f:
+        marshal.dump(ctx, f)
+    outputs = {"engine": mj.chat_environment().from_string(src).render(**ctx),
+               "ChatTemplate": mj.ChatTemplate(src).render(**ctx),
+               "apply_chat_template": mj.apply_chat_template(src, **ctx)}
+    ns = {}
+    exec(compile(J2_SETUP.replace("now=NOW", ""), "<jinja2 setup>", "exec"), ns)
+    outputs["jinja2"] = ns["env"].from_string(src).render(**ctx)
+    if outputs["jinja2"] != outputs["engine"]:
+        FAILURES.add("examples/chatml.jinja: the engine path and Jinja2 render "
+                     "examples/conversation.json differently")
+    return CHAT_TEMPLATE, ctxp, {path: zlib.crc32(out.encode("utf-8"))
+                                 for path, out in outputs.items()}
+
+
+def bench_chat_cold(mj, repeats: int, scratch: str) -> dict:
+    """{path: [CPU seconds]}: figure 3b, every path once per round, the order rotating."""
+    src, ctxp, crcs = chat_cold_inputs(mj, scratch)
+    no_cache = {"MINIJINJA_PY_CACHE": "0"}
+    codes = {path: CHAT_COLD_CHILD % code for path, (_, code) in CHAT_PATHS.items()}
+    paths = list(CHAT_PATHS)
+    for path in paths:  # warm-up: bytecode, page cache; not measured
+        run_child(codes[path], [src, ctxp], None, no_cache)
+    samples = {path: [] for path in paths}
+    for i in range(repeats):
+        for path in paths[i % len(paths):] + paths[:i % len(paths)]:
+            seconds, got_crc = run_child(codes[path], [src, ctxp], None, no_cache).split()
+            if int(got_crc) != crcs[path]:
+                FAILURES.add("examples/chatml.jinja: a cold %s render in a fresh process gives "
+                             "different output from the in-process render" % path)
+            samples[path].append(float(seconds))
     return samples
 
 
@@ -522,8 +604,10 @@ def main(argv=None) -> int:
 
     if args.quick:
         import_repeats, cold_repeats, warm_rounds, warm_min, mem_repeats = 6, 2, 3, 0.02, 1
+        chat_repeats = 8
     else:
         import_repeats, cold_repeats, warm_rounds, warm_min, mem_repeats = 20, 7, 5, 0.2, 2
+        chat_repeats = 40
 
     started = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="minijinja-bench-")
@@ -533,7 +617,7 @@ def main(argv=None) -> int:
     try:
         import minijinja_py as mj
         return run(args, mj, scratch, started, import_repeats, cold_repeats, warm_rounds,
-                   warm_min, mem_repeats)
+                   warm_min, mem_repeats, chat_repeats)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -596,7 +680,7 @@ def _plain(value: float) -> str:
 
 
 def run(args, mj, scratch, started, import_repeats, cold_repeats, warm_rounds, warm_min,
-        mem_repeats) -> int:
+        mem_repeats, chat_repeats) -> int:
     machine = machine_info()
     templates = pick_templates(os.path.abspath(args.corpus))
     envs = make_envs()
@@ -655,6 +739,9 @@ def run(args, mj, scratch, started, import_repeats, cold_repeats, warm_rounds, w
     progress("cold, populated cache (%d runs per engine and template)" % cold_repeats)
     cold_c = bench_cold(templates, cold_inputs, cold_repeats, scratch, cached=True)
     raw["cold_first"], raw["cold_cached"], raw["cold_uses_tools"] = cold, cold_c, cold_tools
+    progress("cold, chat API (%d runs per path)" % chat_repeats)
+    cold_chat = bench_chat_cold(mj, chat_repeats, scratch)
+    raw["cold_chat_cpu"] = cold_chat
 
     # 4. warm
     progress("warm (%d rounds, >= %.2f s per measurement)" % (warm_rounds, warm_min))
@@ -669,10 +756,11 @@ def run(args, mj, scratch, started, import_repeats, cold_repeats, warm_rounds, w
     raw["cases"] = {c.key: "n/a" if c.na else "FAILURE" if c.failed else "ok" for c in cases}
     raw["settings"] = {"import_repeats": import_repeats, "cold_repeats": cold_repeats,
                        "warm_rounds": warm_rounds, "warm_min_time_s": warm_min,
-                       "memory_repeats": mem_repeats}
+                       "memory_repeats": mem_repeats, "chat_cold_repeats": chat_repeats}
     raw["failures"] = list(FAILURES)
     raw["elapsed_s"] = time.perf_counter() - started
-    report(args, machine, templates, cases, imp, cold, cold_c, cold_tools, warm, mem, raw)
+    report(args, machine, templates, cases, imp, cold, cold_c, cold_tools, cold_chat, warm, mem,
+           raw)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(raw, f, indent=1, default=str)
@@ -684,7 +772,8 @@ def run(args, mj, scratch, started, import_repeats, cold_repeats, warm_rounds, w
     return 0
 
 
-def report(args, machine, templates, cases, imp, cold, cold_c, cold_tools, warm, mem, raw):
+def report(args, machine, templates, cases, imp, cold, cold_c, cold_tools, cold_chat, warm, mem,
+           raw):
     p = print
     targets = []  # (figure, target, measured text, met)
 
@@ -753,6 +842,9 @@ def report(args, machine, templates, cases, imp, cold, cold_c, cold_tools, warm,
         p()
         targets.append(("%s: median ratio" % title.split(" (")[0], "≤ %.2f" % tgt, fmt_ratio(med),
                         med is not None and med <= tgt))
+
+    # 3b. cold, chat API
+    report_chat_cold(p, cold_chat, targets)
 
     # 4. warm
     p("## 4. Warm render (template already parsed, in-process)")
@@ -897,6 +989,33 @@ def report(args, machine, templates, cases, imp, cold, cold_c, cold_tools, warm,
     p()
     p("Benchmark took %.0f s (%s run)." % (raw["elapsed_s"], raw["mode"]))
     raw["targets"] = [{"target": a, "goal": b, "measured": c, "met": d} for a, b, c, d in targets]
+
+
+def report_chat_cold(p, cold_chat: dict, targets: list) -> None:
+    """Figure 3b: the chat API's cold start next to the engine path's, same run."""
+    n = len(cold_chat["engine"])
+    p("## 3b. Cold, chat API (CPU time, parse cache off, %d runs per path)" % n)
+    p()
+    p("Fresh process, `MINIJINJA_PY_CACHE=0`: import + first render of `examples/chatml.jinja` "
+      "with `examples/conversation.json` (6 messages, a tool, `add_generation_prompt`), timed "
+      "with `time.process_time` inside the child; the paths take turns. \"Extra\" is the "
+      "difference of the medians with the engine path.")
+    p()
+    engine = summary(cold_chat["engine"])
+    rows = []
+    for path, (label, _) in CHAT_PATHS.items():
+        m = summary(cold_chat[path])
+        extra = "" if path == "engine" else "%+.2f ms" % ((m["median"] - engine["median"]) * 1e3)
+        rows.append([label, fmt_time(m["median"]), fmt_spread(m["p10"], m["p90"]), extra])
+    p(table(["path", "median", "p10–p90", "extra"], rows))
+    p()
+    extras = [summary(cold_chat[path])["median"] - engine["median"] for path in CHAT_API_PATHS]
+    limit = TARGETS["chat_cold_extra_seconds"]
+    targets.append(("Cold chat API: extra CPU time over the engine path", "≤ %g ms" % (limit * 1e3),
+                    "%.2f ms (%s)" % (max(extras) * 1e3, ", ".join(
+                        "%s %+.2f" % (path, extra * 1e3)
+                        for path, extra in zip(CHAT_API_PATHS, extras))),
+                    max(extras) <= limit))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from .exceptions import (DeadlineExceededError, FilterArgumentError, LimitExceed
                          SourceTooLargeError, TemplateError, TemplateRuntimeError,
                          TemplateSyntaxError, UndefinedError)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
@@ -37,6 +37,7 @@ _LAZY = {
     "RenderMemoryError": "chat.pool", "WorkerCrashedError": "chat.pool",
     "ChatTokenizer": "chat.tokens", "ChatEncoding": "chat.tokens",
     "TokenizersNotInstalledError": "chat.tokens",
+    "TensorLibraryNotInstalledError": "chat.tokenizer_api",
     "UnencodableTextError": "chat.tokens",
 }
 
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
                                 apply_chat_template)
     from .chat.pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .chat.schema import DocstringParsingException, TypeHintParsingException, get_json_schema
+    from .chat.tokenizer_api import TensorLibraryNotInstalledError
     from .chat.tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
                               UnencodableTextError)
     from .environment import Environment, Template, chat_environment

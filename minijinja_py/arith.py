@@ -48,10 +48,11 @@ def apply(op: str, left: Any, right: Any) -> Any:
     _check_before(op, left, right)
     result = BINOPS[op](left, right)
     kind = type(result)
-    if kind is int:
+    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)
         if result.bit_length() > _SMALL_INT_BITS:
             check_int_digits(result)
-    elif kind is str or kind is list or kind is tuple:
+    elif kind is str or kind is list or kind is tuple or isinstance(result, (str, tuple)):
+        # (str subclasses too: Markup, and every str of a provenance render)
         charge(size_cost(result))
     return result
 

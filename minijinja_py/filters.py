@@ -173,6 +173,9 @@ def _mapping_items(value: Any) -> Any:
 _CONTAINERS = (list, tuple, dict, set, frozenset) + DICT_VIEWS  # views print their items
 # Engine objects whose printed form shows the data they hold (``<Namespace {...}>``...).
 _HOLDERS = (Namespace, Cycler, Joiner)
+#: What each holder's repr prints around the data it holds (``<Namespace `` and ``>``).
+_HOLDER_WRAPPERS = ((Namespace, len("<Namespace >")), (Cycler, len("<Cycler >")),
+                    (Joiner, len("<Joiner >")))
 #: Characters measured at a time when the exact escaped length of a string is needed: bounds
 #: the temporary copy (at most 12 times this) made to measure it.
 _MEASURE_CHUNK = 1 << 16
@@ -246,7 +249,8 @@ def _estimate_text_size(value: Any, what: str, item_sep: int = 2, key_sep: int =
         if isinstance(obj, float):
             return 24
         if isinstance(obj, _HOLDERS):
-            return 32 + holder(obj)
+            return next(size for cls, size in _HOLDER_WRAPPERS if isinstance(obj, cls)) + \
+                holder(obj)
         return 32
 
     def holder(obj: Any) -> int:
@@ -391,6 +395,11 @@ def _check_serialised_size(value: Any, what: str, item_sep: int = 2, key_sep: in
         if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:
             size = _estimate_text_size(value, what, item_sep, key_sep, indent, ascii_only,
                                        escaping)
+    if size > limits.max_string_size:
+        # a value that is no container (a str, a namespace): measured, but no container's
+        # total compared it with the limit (json escapes a character in up to 6)
+        raise limits.exceeded("max_string_size", f"{what} would build a string of more than "
+                                                 f"{limits.max_string_size:,} characters")
     charge(size >> 2)
     return tree
 

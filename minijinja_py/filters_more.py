@@ -95,7 +95,9 @@ def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) 
     s += newline  # so that a trailing newline keeps its (empty) last line
     lines = s.splitlines()
     if pad:
-        check_string_size(len(s) + len(pad) * (len(lines) + 1))
+        # at most one pad per line; the lines and the newlines between them are at most
+        # the text without the newline added above
+        check_string_size(len(s) - 1 + len(pad) * len(lines))
     charge(len(lines) * 3)  # a Python step per line: about 0.3 microseconds
     if blank:
         result = (newline + pad).join(lines)

@@ -79,7 +79,15 @@ class _MarkupEscapeHelper:
 
 
 class Markup(str):
-    """A string that is safe to insert into HTML without escaping."""
+    """A string that is safe to insert into HTML without escaping, as MarkupSafe's ``Markup``.
+
+    Text combined with Markup is escaped on the way in: ``+``, ``%``, :meth:`join`,
+    :meth:`format`, :meth:`replace` and the padding methods escape their plain-str arguments
+    (``Markup("<b>") + "&"`` is ``Markup("<b>&amp;")``), and the str methods that return text
+    (``split``, ``strip``, ``upper``...) return Markup again. Templates meet it inside
+    ``{% autoescape true %}`` and through the ``safe`` and ``escape`` filters; the chat
+    environment, like transformers', does not escape output.
+    """
 
     __slots__ = ()
 

@@ -219,11 +219,12 @@ def _list_extend(value: list, iterable: Any) -> None:
 
 
 def _str_expandtabs(value: str, *args: Any, **kwargs: Any) -> str:
+    """``str.expandtabs``: each tab becomes at most ``tabsize`` spaces."""
     if len(args) > 1 or (kwargs and (args or set(kwargs) != {"tabsize"})):
         _python_checks(value, "expandtabs", args, kwargs)
     tabsize = args[0] if args else kwargs.get("tabsize", 8)
     if isinstance(tabsize, int):
-        check_repeat_size(max(tabsize, 1), value.count("\t") + 1)
+        check_string_size(len(value) + value.count("\t") * (max(tabsize, 1) - 1))
     return value.expandtabs(tabsize)
 
 

@@ -20,7 +20,8 @@ line and column). Operations keep the origins of what they copy:
 
 The plain render path never sees these classes: it is compiled separately and pays nothing.
 Booleans and None cannot be subclassed in Python, so they carry no origin of their own; read
-out of an input and printed, they count as template text (see README "Provenance").
+out of an input and printed, they count as template text (see docs/provenance.md, "What is not
+tracked").
 
 Why one module of this size: the value classes (PStr, PMarkup, PInt, PFloat), the tracers of
 the filters and methods that copy text, and the results' settling all read and write one
@@ -69,7 +70,24 @@ _CHECK_EVERY = 1023
 
 
 class Origin:
-    """Where a run of output characters came from (see :class:`Run`)."""
+    """Where a run of output characters came from (see :class:`Run`).
+
+    ``kind`` says which fields are set:
+
+    - ``"template"``: the template's own text or a string constant; ``line`` and ``column``
+      locate it in the source and ``offset`` is the position inside it. ``offset`` is None
+      (and ``line`` 0 when no literal went in) for text the template computed from literals
+      alone (``{{ loop.index }}``, ``'ab'|upper``);
+    - ``"input"``: a verbatim copy of the input string at ``path`` (``messages[3].content``,
+      ``tools[0].function.name``, ``bos_token``; a dict key's own characters are
+      ``path{"key"}``) from its character ``offset``;
+    - ``"derived"``: made from the inputs ``paths`` by a transformation (a case change, JSON
+      escapes, a filter that does not say which character came from where);
+    - ``"unknown"``: no record was kept (a runtime object made it); treat it as input.
+
+    ``repr()`` is short: ``template 1:24 +0``, ``input messages[0].content[1:]``,
+    ``derived from messages[0].content``.
+    """
 
     __slots__ = ("kind", "path", "offset", "paths", "line", "column")
 
@@ -84,6 +102,7 @@ class Origin:
         self.column = column
 
     def as_dict(self) -> Dict[str, Any]:
+        """The fields that are set, by name (``kind`` always), ready for JSON."""
         return {name: getattr(self, name) for name in self.__slots__
                 if getattr(self, name) not in (None, ())}
 
@@ -120,6 +139,7 @@ class Run:
         return self.origin.kind != "template"
 
     def as_dict(self) -> Dict[str, Any]:
+        """``start``, ``end`` and the origin's fields (:meth:`Origin.as_dict`) in one dict."""
         return {"start": self.start, "end": self.end, **self.origin.as_dict()}
 
     def __repr__(self) -> str:
@@ -130,10 +150,20 @@ _public_start = operator.attrgetter("start")
 
 
 class ProvenanceResult:
-    """What :meth:`Template.render_with_provenance` returns: the text (identical to
-    ``render()``'s), the runs covering it in order, and the ``{% generation %}`` spans.
+    """What :meth:`Template.render_with_provenance` (and ``ChatTemplate.render_with_provenance``)
+    returns: ``text`` (identical to ``render()``'s), the :attr:`runs` covering it in order, and
+    ``generation_spans``, the ``(start, end)`` offsets of the ``{% generation %}`` blocks'
+    output.
 
-    ``runs`` are built on first use from the render's compact record."""
+    ``runs`` are built on first use from the render's compact record.
+
+    >>> result = mj.ChatTemplate("{{ messages[0].content }}!").render_with_provenance(
+    ...     [{"role": "user", "content": "Hi"}])
+    >>> result.runs
+    [Run(0, 2, input messages[0].content[0:]), Run(2, 3, template 1:26 +0)]
+    >>> result.paths_at(0), result.paths_at(2)
+    (('messages[0].content',), ())
+    """
 
     __slots__ = ("text", "_runs", "_raw", "generation_spans")
 
@@ -173,6 +203,9 @@ class ProvenanceResult:
         return origin.paths
 
     def as_json(self) -> Dict[str, Any]:
+        """``{"text", "runs", "generation_spans"}`` as JSON-ready data, the runs as
+        :meth:`Run.as_dict` gives them (what ``minijinja-py render --provenance --json``
+        prints)."""
         return {"text": self.text, "runs": [run.as_dict() for run in self.runs],
                 "generation_spans": [list(span) for span in self.generation_spans]}
 
@@ -1650,7 +1683,7 @@ def _settle_filter(tracer: Any, result: Any, value: Any, args: tuple, kwargs: di
     inputs = (value, args, tuple(kwargs.values()))
     kind = type(result)
     if kind is int and tracer is _SIZE:
-        return result  # a count of items: not text of the input (README "not tracked")
+        return result  # a count of items: not text of the input (docs/provenance.md: "not tracked")
     if kind in (str, list, tuple, int, float):
         return settle(result, inputs)
     if _is_generator(result):

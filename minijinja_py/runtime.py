@@ -620,6 +620,17 @@ class HostMethod:
     def __repr__(self) -> str:
         return f"<built-in method {self.name} of {self.owner_type} object>"
 
+    # The host's marks on the method (Django's convention, which Jinja2's sandbox honours:
+    # ``delete.alters_data = True``), read through the wrapper so that Sandbox.call sees them
+    # as it sees them on a function the host passes itself.
+    @property
+    def unsafe_callable(self) -> bool:
+        return getattr(self.method, "unsafe_callable", False)
+
+    @property
+    def alters_data(self) -> bool:
+        return getattr(self.method, "alters_data", False)
+
 
 #: Host objects whose methods hash their arguments into tables (dict views, sets, a view's
 #: ``mapping``): checked by collisions.check_host_method.

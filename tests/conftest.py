@@ -7,7 +7,9 @@
   tests/security/conftest.py). ``--stress`` (or ``MINIJINJA_PY_STRESS=1``) runs them too; the
   summary line counts them as deselected and says how to run them, so none is left out
   unseen.
-* Where the shared corpus is missing, the summary says so once, with how to point at it.
+* Where the shared corpus is missing, the summary says so once, with how to point at it; so
+  does a skipped test marked ``announce_skip`` (the documentation site's check without the
+  docs extra or a browser).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "stress: a full-scale case run only with --stress "
                                        "(see tests/conftest.py)")
+    config.addinivalue_line(
+        "markers", "announce_skip: if the test skips, its reason is printed in the run's "
+        "summary (pytest -q shows skip reasons only with -rs)")
 
 
 def _stress_wanted(config: pytest.Config) -> bool:
@@ -81,3 +86,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(
             f"shared corpus not found at {CORPUS}: its tests were skipped; set "
             "MINIJINJA_PY_CORPUS=/path/to/corpus to run them")
+    for reason in _announced_skips(terminalreporter):
+        terminalreporter.write_line(f"not run: {reason}")
+
+
+def _announced_skips(terminalreporter) -> List[str]:
+    """The distinct reasons of the skipped tests marked ``announce_skip``: checks that need
+    something optional (the docs extra, a browser) say that they did not run, and why."""
+    reasons: List[str] = []
+    for report in terminalreporter.stats.get("skipped", []):
+        if "announce_skip" not in report.keywords or not isinstance(report.longrepr, tuple):
+            continue
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        if reason not in reasons:
+            reasons.append(reason)
+    return reasons

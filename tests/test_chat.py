@@ -247,6 +247,23 @@ def test_render_with_spans() -> None:
     assert ChatTemplate(SPANS).render(messages) == result.text
 
 
+def test_a_render_result_is_an_immutable_value() -> None:
+    """RenderResult is a plain class (importing dataclasses slowed the first render) that
+    behaves as the frozen dataclass did: equal by value, read-only, picklable (and now
+    hashable too)."""
+    import pickle
+
+    result = mj.RenderResult("<a>hi", [(3, 5)])
+    assert result == mj.RenderResult("<a>hi", [(3, 5)]) != mj.RenderResult("<a>hi", [])
+    assert hash(result) == hash(mj.RenderResult("<a>hi", [(3, 5)]))
+    assert repr(result) == "RenderResult(text='<a>hi', generation_spans=[(3, 5)])"
+    assert mj.RenderResult("x").generation_spans == []
+    assert pickle.loads(pickle.dumps(result)) == result
+    for name in ("text", "generation_spans", "other"):
+        with pytest.raises(AttributeError):
+            setattr(result, name, None)
+
+
 def test_spans_are_clipped_to_a_continued_message() -> None:
     result = ChatTemplate(SPANS).render_with_spans(CONVERSATION, continue_final_message=True)
     assert result.text == "<user>Which river?<assistant>The river is"
@@ -507,14 +524,19 @@ def test_unknown_or_missing_template_names_list_the_choices() -> None:
 
 
 def test_special_tokens_come_from_the_config() -> None:
-    config = {"chat_template": "{{ bos_token }}|{{ eos_token }}|{{ pad_token }}|{{ unk_token }}",
+    config = {"chat_template": "{{ bos_token }}|{{ eos_token }}|{{ pad_token }}|{{ unk_token }}"
+                               "|{{ custom_token }}|{{ plain_token }}",
               "bos_token": "<s>",
               "eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": False},
-              "pad_token": None, "unk_token": "<unk>", "custom_token": "<x>"}
+              "pad_token": None, "unk_token": "<unk>", "custom_token": "<x>",
+              "plain_token": {"content": "<y>"}}
     ct = ChatTemplate.from_tokenizer_config(config)
-    assert ct.special_tokens == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-    assert ct.render(HI) == "<s>|</s>||<unk>"
-    assert ct.render(HI, bos_token="[BOS]") == "[BOS]|</s>||<unk>"
+    # a model's own named token (a key ending in _token holding a string or a serialized
+    # AddedToken) is a special token too: transformers 5.24 renders this '<s>|</s>||<unk>|<x>|'
+    assert ct.special_tokens == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                                 "custom_token": "<x>"}
+    assert ct.render(HI) == "<s>|</s>||<unk>|<x>|"
+    assert ct.render(HI, bos_token="[BOS]") == "[BOS]|</s>||<unk>|<x>|"
 
 
 def test_a_model_directory(tmp_path: Path) -> None:

@@ -257,3 +257,50 @@ def test_a_cold_start_walks_nothing_it_made() -> None:
         assert collections == "0"
     else:  # Python 3.12: nothing promoted, the collector walks them as usual
         assert int(collections) >= 1
+
+
+# A fresh process without site (whose startup hooks, such as an editable install's finder,
+# import pathlib and others before the first line runs), rendering examples/chatml.jinja one
+# way, then printing the modules that appeared from the first import of the package on.
+_FIRST_RENDER_CHILD = """
+import sys
+source = open(sys.argv[1], encoding="utf-8").read()
+messages = [{"role": "user", "content": "Hi"}]
+before = set(sys.modules)
+import minijinja_py as mj
+RENDER
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+_FIRST_RENDERS = {
+    "engine": "mj.chat_environment().from_string(source).render(messages=messages)",
+    "ChatTemplate": "mj.ChatTemplate(source).render(messages, add_generation_prompt=True)",
+    "apply_chat_template": "mj.apply_chat_template(source, messages, add_generation_prompt=True)",
+}
+
+
+def _modules_a_first_render_loads(way: str) -> set:
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(mj.__file__)))
+    template = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "examples", "chatml.jinja")
+    env = dict(os.environ, MINIJINJA_PY_CACHE="0", PYTHONPATH=package_parent)
+    code = _FIRST_RENDER_CHILD.replace("RENDER", _FIRST_RENDERS[way])
+    out = subprocess.run([sys.executable, "-S", "-c", code, template], capture_output=True,
+                         text=True, check=True, env=env).stdout
+    return set(out.split())
+
+
+def test_the_chat_api_first_render_loads_only_the_pipeline_beyond_the_engine() -> None:
+    """A first render through the chat API imports the engine's modules and the chat
+    pipeline, nothing else: not the config loader, the tokenizer layer or the tool schemas,
+    nor the standard modules they use (dataclasses, inspect, json, pathlib, typing...), which
+    doubled the cold start of a first chat render."""
+    engine = _modules_a_first_render_loads("engine")
+    assert "minijinja_py.compiler" in engine  # (the child did render)
+    for way in ("ChatTemplate", "apply_chat_template"):
+        loaded = _modules_a_first_render_loads(way)
+        assert loaded - engine == {"minijinja_py.chat", "minijinja_py.chat.pipeline"}, way
+        for unwanted in ("dataclasses", "inspect", "json", "pathlib", "typing", "threading",
+                         "minijinja_py.chat.config", "minijinja_py.chat.tokens",
+                         "minijinja_py.chat.schema"):
+            assert unwanted not in loaded, (way, unwanted)

@@ -137,6 +137,12 @@ def test_options_are_checked_when_made() -> None:
         ChatBatchProcessor("{{ messages }}", tokens=True)
     with pytest.raises(ValueError, match="errors must be"):
         ChatBatchProcessor(QWEN, errors="skip")
+    with pytest.raises(ValueError, match="sanitize must be False, True, 'markers' or "):
+        ChatBatchProcessor(QWEN, tokens=True, sanitize="yes")
+    for length in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="max_length must be a positive int"):
+            ChatBatchProcessor(QWEN, tokens=True, max_length=length)
+    assert ChatBatchProcessor(QWEN, tokens=True, max_length=1).max_length == 1
     with pytest.raises(ValueError, match="option of apply_chat_template"):
         ChatBatchProcessor(QWEN, tokens=True, variables={"padding": True})
     with pytest.raises(TypeError, match="path of a model folder"):

@@ -275,6 +275,29 @@ def test_refusals_and_usage_errors(tmp_path: Path, capsys: Any) -> None:
     assert "has no 'messages' column" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("options,message", [
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--batch-size", "-3"], "--batch-size must be at least 1"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--errors", "{output}"], "the errors file cannot be the output file"),
+    (["--errors", "{folder}/./sub/../out.jsonl"], "the errors file cannot be the output file"),
+], ids=["batch-size-0", "batch-size-negative", "workers-0", "errors-is-output",
+        "errors-is-output-spelled-otherwise"])
+def test_option_values_are_refused_before_anything_is_written(tmp_path: Path, capsys: Any,
+                                                              options: List[str],
+                                                              message: str) -> None:
+    source = tmp_path / "chats.jsonl"
+    write_jsonl(source, good_rows(3, plain=True))
+    output = tmp_path / "out.jsonl"
+    (tmp_path / "sub").mkdir()
+    options = [option.format(output=output, folder=tmp_path) for option in options]
+    assert main(["dataset", str(QWEN), str(source), str(output), "--quiet"] + options) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["chats.jsonl", "sub"]
+    assert main(["dataset", str(QWEN), str(source), str(output), "--quiet", "--workers", "1",
+                 "--batch-size", "1"]) == 0  # the smallest accepted values
+
+
 def test_fail_fast_stops_at_the_first_bad_row(tmp_path: Path) -> None:
     rows = good_rows(40, with_variables=False, plain=True)
     rows.insert(23, {"id": "the-bad-one", "messages": [{"content": "no role"}]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from minijinja_py import diskcache, parser
 from minijinja_py import nodes as n
 
 from corpus_support import CORPUS, corpus_available, template_source
+from forked import run_forked
 
 
 @pytest.fixture()
@@ -101,6 +103,18 @@ def test_corrupted_entry_is_ignored(cache_dir) -> None:
     assert mj.chat_environment().from_string(source).render() == "xxx"
 
 
+def test_a_damaged_byte_that_leaves_the_payload_well_formed_is_a_miss(cache_dir) -> None:
+    # a letter of a constant changed in place: only the checksum tells the entry is damaged
+    source = "{{ 'abc' }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = [cache_dir / f for f in os.listdir(cache_dir)]
+    data = bytearray(entry.read_bytes())
+    data[data.rindex(b"abc") + 1] = ord("B")
+    entry.write_bytes(bytes(data))
+    assert diskcache.load(entry.name) is None
+    assert mj.chat_environment().from_string(source).render() == "abc"
+
+
 def test_shared_writable_directory_is_not_trusted(cache_dir) -> None:
     source = "{{ 1 + 1 }}"
     mj.chat_environment().from_string(source)
@@ -183,25 +197,69 @@ def _forge_entry(cache_dir, source, payload: bytes) -> str:
     return key
 
 
-def test_payload_whose_references_expand_exponentially_is_refused_quickly(cache_dir) -> None:
+def _shared_nodes() -> tuple:
+    """A well-formed AST encoding that rebuilds into 2**60 nodes: 60 levels of ``x + x``,
+    both operands one shared node (no list anywhere below the Output)."""
+    index = diskcache._NODE_INDEX
+    shared = (index[n.Name], 1, 4, "x")
+    for _ in range(60):
+        shared = (index[n.BinOp], 1, 6, "+", shared, shared)
+    return shared
+
+
+def _shared_lists() -> tuple:
+    """A well-formed AST encoding that rebuilds into 10**8 constants: a list literal of
+    10,000 constants (one shared leaf), printed 10,000 times (one shared node): every node
+    is cheap, the lists are what grows."""
+    index = diskcache._NODE_INDEX
+    literal = (index[n.ListLit], 1, 4, [(index[n.Const], 1, 5, 1)] * 10_000)
+    return [literal] * 10_000
+
+
+def _encoding_of(body: Any) -> tuple:
+    index = diskcache._NODE_INDEX
+    return (index[n.Template], 1, 1,
+            [(index[n.Output], 1, 1, body if isinstance(body, list) else [body])])
+
+
+@pytest.mark.parametrize("shape", [_shared_nodes, _shared_lists], ids=["nodes", "lists"])
+def test_payload_whose_references_expand_is_refused_by_the_item_budget(cache_dir,
+                                                                       shape) -> None:
+    """marshal formats 3+ share objects (FLAG_REF): a payload of a few hundred bytes (nodes)
+    or 100 KB (lists) can stand for an AST of 2**60 nodes or 10**8 constants. The decoder
+    stops once it has rebuilt more items than the payload has bytes, whether the sharing is
+    in nodes or in lists; each shape alone is bounded only by its own count."""
     import marshal
+
+    source = "{{ 'fine' }}" + "." * 10_000  # (an entry may be 48 bytes a character)
+    encoded = _encoding_of(shape())
+    payload = marshal.dumps((diskcache._MAGIC, _digest(source), encoded), 4)
+    assert len(payload) < diskcache.size_cap(len(source))
+    key = _forge_entry(cache_dir, source, payload)
+    # in a child with its own timeout and memory cap: a decoder without its item budget would
+    # rebuild the 2**60 nodes for ever (CPU-bound, no memory to run out of), or the 10**8
+    # constants until memory ran out, and must fail the test, not hang it
+    refused, loaded, seconds = run_forked(_decode_and_load, encoded, len(payload), key,
+                                          timeout=30.0)
+    assert refused == "_TooLarge"
+    assert loaded is None
+    assert seconds < 5.0  # CPU time, generous: 1.3 s measured at load 10 (a few ms idle)
+    assert mj.chat_environment().from_string(source).render() == "fine" + "." * 10_000
+
+
+def _decode_and_load(encoded: tuple, budget: int, key: str) -> tuple:
+    """(the exception _decode raises for ``encoded`` within ``budget`` items, what
+    diskcache.load(key) returns, the CPU seconds both took)."""
     import time
 
-    # 2**60 leaves behind a few hundred bytes: marshal format 4 shares objects (FLAG_REF)
-    leaf = (diskcache._NODE_INDEX[n.Const], 1, 1, "x")
-    shared = [leaf, leaf]
-    for _ in range(60):
-        shared = [shared, shared]
-    template = (diskcache._NODE_INDEX[n.Template], 1, 1,
-                [(diskcache._NODE_INDEX[n.Output], 1, 1, shared)])
-    source = "{{ 'fine' }}"
-    payload = marshal.dumps((diskcache._MAGIC, _digest(source), template), 4)
-    assert len(payload) < 1000
-    key = _forge_entry(cache_dir, source, payload)
-    start = time.thread_time()  # (CPU time: the wall clock grows with the machine's load)
-    assert diskcache.load(key) is None
-    assert mj.chat_environment().from_string(source).render() == "fine"
-    assert time.thread_time() - start < 1.0
+    start = time.thread_time()
+    try:
+        diskcache._decode(encoded, budget)
+        refused = "nothing"
+    except Exception as exc:  # (MemoryError included: a decoder that built too much)
+        refused = type(exc).__name__
+    loaded = diskcache.load(key)
+    return refused, loaded, time.thread_time() - start
 
 
 def test_entries_are_written_without_back_references() -> None:
@@ -250,6 +308,17 @@ def test_entry_is_bounded_by_its_source_length() -> None:
         data = diskcache.dumps(parser.parse(source))
         assert len(data) <= diskcache.size_cap(len(source))
         assert len(data) < 24 * len(source) + 200, (source[:20], len(data) / len(source))
+
+
+def test_an_entry_over_its_size_cap_is_not_stored(cache_dir, monkeypatch) -> None:
+    # no parse comes near the cap (test_entry_is_bounded_by_its_source_length): with the cap
+    # lowered below what this template's entry takes, the store writes nothing load() would
+    # refuse, and the next environment parses again
+    monkeypatch.setattr(diskcache, "SIZE_SLACK", 0)
+    monkeypatch.setattr(diskcache, "SIZE_PER_CHARACTER", 2)
+    source = "{{ x }}"
+    assert mj.chat_environment().from_string(source).render(x=1) == "1"
+    assert not cache_dir.exists() or not _entries(cache_dir)
 
 
 def test_foreign_or_malformed_keys_are_misses(cache_dir) -> None:
@@ -319,6 +388,7 @@ FOREIGN_FIELDS = {
     "bytes for a filter": ("{{ x|upper }}", {"x": "a"}, "upper", b"upper", "A"),
     "bytes for a keyword": ("{{ 'a'|center(width=3) }}", {}, "width", b"width", " a "),
     "an operator the grammar has not": ("{{ 2 * 3 }}", {}, "*", "@", "6"),
+    "a pair not marked as one": ("{{ 'a'|center(width=3) }}", {}, -1, 7, " a "),
 }
 
 
@@ -485,3 +555,101 @@ def test_prune_never_raises(tmp_path) -> None:
     assert diskcache.prune(str(tmp_path / "missing")) == 0
     (tmp_path / "file").write_text("x")
     assert diskcache.prune(str(tmp_path / "file")) == 0
+
+
+# ---- what the documentation promises, and who may write the cache ---------------------------
+#: The bounds docs/security.md and docs/getting-started.md document (copied here, not read from
+#: diskcache).
+DOCUMENTED = {"MAX_CACHE_ENTRIES": 4096, "MAX_CACHE_BYTES": 64 * 2 ** 20,
+              "MAX_STORED_SOURCE": 256_000, "SIZE_PER_CHARACTER": 48, "PRUNE_ONE_IN": 32,
+              "STALE_TEMPORARY": 3600, "TOUCH_AFTER": 3600}
+
+
+def test_the_documented_bounds() -> None:
+    assert {name: getattr(diskcache, name) for name in DOCUMENTED} == DOCUMENTED
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o720, 0o707, 0o702])
+def test_a_directory_writable_by_the_group_or_others_is_not_trusted(cache_dir, mode) -> None:
+    source = "{{ 1 + 2 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    assert diskcache.load(entry) is not None
+    os.chmod(cache_dir, mode)
+    try:
+        assert diskcache.load(entry) is None
+        assert diskcache.prune() == 0
+    finally:
+        os.chmod(cache_dir, 0o700)
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602])
+def test_an_entry_writable_by_the_group_or_others_is_neither_used_nor_removed(
+        cache_dir, monkeypatch, mode) -> None:
+    source = "{{ 1 + 3 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    os.chmod(cache_dir / entry, mode)
+    assert diskcache.load(entry) is None
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 0)
+    assert diskcache.prune() == 0 and (cache_dir / entry).exists()
+
+
+def test_an_entry_that_is_a_symbolic_link_is_not_followed(cache_dir) -> None:
+    source = "{{ 1 + 4 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    real = cache_dir.parent / "real-entry"
+    os.rename(cache_dir / entry, real)
+    os.symlink(real, cache_dir / entry)
+    assert diskcache.load(entry) is None
+
+
+def test_the_cache_directory_is_made_private_whatever_the_umask(cache_dir) -> None:
+    previous = os.umask(0)
+    try:
+        mj.chat_environment().from_string("{{ 1 + 5 }}")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
+    assert len(os.listdir(cache_dir)) == 1
+
+
+def test_a_name_with_other_digits_is_not_an_entry(cache_dir, monkeypatch) -> None:
+    """Only names diskcache.entry_key makes are entries: hex digest, '-', ASCII digits
+    (str.isdigit also takes '٣', which int() reads as 3)."""
+    cache_dir.mkdir()
+    os.chmod(cache_dir, 0o700)
+    name = "ab" * 32 + "-\u0663"
+    (cache_dir / name).write_bytes(b"x")
+    assert diskcache._parse_key(name) is None
+    assert diskcache.load(name) is None
+    monkeypatch.setattr(diskcache, "MAX_CACHE_ENTRIES", 0)
+    diskcache.prune()
+    assert (cache_dir / name).exists()
+
+
+def test_a_read_marks_an_entry_used_at_most_hourly(cache_dir) -> None:
+    source = "{{ 1 + 6 }}"
+    mj.chat_environment().from_string(source)
+    (entry,) = os.listdir(cache_dir)
+    path = cache_dir / entry
+    now = diskcache._now()
+    for age, touched in ((30 * 60, False), (2 * 3600, True)):
+        os.utime(path, (now - age, now - age))
+        assert diskcache.load(entry) is not None
+        assert (os.stat(path).st_mtime > now - 60) is touched, age
+
+
+def test_a_temporary_is_removed_after_an_hour_not_before(cache_dir, monkeypatch) -> None:
+    mj.chat_environment().from_string("{{ 1 + 7 }}")
+    now = diskcache._now()
+    temporaries = {}
+    for age in (30 * 60, 59 * 60, 61 * 60, 5 * 3600):
+        path = cache_dir / f".{'cd' * 32}-9.{age}.tmp"
+        path.write_bytes(b"half written")
+        os.chmod(path, 0o600)
+        os.utime(path, (now - age, now - age))
+        temporaries[age] = path
+    assert diskcache.prune() == 2
+    assert {age for age, path in temporaries.items() if path.exists()} == {30 * 60, 59 * 60}

@@ -233,6 +233,26 @@ def test_a_constant_concatenation_folded_while_compiling_is_template_text():
         ("|", "template", 0), ("4", "template", None)]
 
 
+def test_text_computed_from_template_literals_alone_is_the_first_literals():
+    """Text a filter computes from several literals (and no input) is attributed to the
+    first of them, where the expression starts: `('ab' ~ 'cd')|urlencode` is the text
+    of the literal at column 5, not of the one at column 12."""
+    result = chat_environment().from_string(
+        "{{ ('ab' ~ 'cd')|urlencode }}\n{{ ('x' ~ 'y' ~ 'z')|upper|urlencode }}"
+    ).render_with_provenance()
+    assert result.text == "abcd\nXYZ"
+    assert [(text, kind, line, column, offset) for text, kind, (line, column), offset
+            in _located_pieces(result)] == [
+        ("abcd", "template", 1, 5, None), ("\n", "template", 1, 30, 0),
+        ("XYZ", "template", 2, 5, None)]
+
+
+def _located_pieces(result):
+    """(text, kind, (line, column), offset within the literal or None) of each run."""
+    return [(result.text[run.start:run.end], run.origin.kind,
+             (run.origin.line, run.origin.column), run.origin.offset) for run in result.runs]
+
+
 def test_template_text_is_located():
     result = _render("ab\n{{ 'cd' }}{{ x }}", x="y")
     first, second, third = result.runs
@@ -284,3 +304,37 @@ def test_chat_template_result_matches_render_with_spans():
     assert traced.origin_at(hello).path == "messages[1].content"
     with pytest.raises(TemplateError):
         chat.render_with_provenance([])
+
+
+def test_a_repeated_input_is_verbatim_only_as_a_single_copy():
+    # 'ab' * 3 is no slice of the input: derived from it, at no offset of its own
+    env = Environment()
+    for source, kind, path, offset in (("{{ s * 3 }}", "derived", None, None),
+                                       ("{{ (s * 3)[1:] }}", "derived", None, None),
+                                       ("{{ s * 1 }}", "input", "s", 0)):
+        (run,) = env.from_string(source).render_with_provenance({"s": "ab"}).runs
+        assert (run.origin.kind, run.origin.path, run.origin.offset) == (kind, path, offset), \
+            source
+
+
+@pytest.mark.parametrize("level, step", [(lambda inner: {"a": inner}, ".a"),
+                                         (lambda inner: [inner], "[0]")], ids=["dicts", "lists"])
+def test_an_input_nested_deeper_than_path_depth_is_named_by_its_ancestor(level, step):
+    # paths stay short however deep the data: 64 levels named (provenance.PATH_DEPTH)
+    for depth in (64, 65, 70):
+        x = "leaf"
+        for _ in range(depth):
+            x = level(x)
+        result = Environment().from_string("{{ x" + step * depth + " }}").render_with_provenance(
+            {"x": x})
+        assert result.text == "leaf"
+        assert result.runs[0].origin.path == "x" + step * 64, depth
+
+
+def test_inputs_past_the_wrapping_limit_are_kept_as_they_are():
+    # (the render's limit is 10,000,000 items: the walk itself, with a small one)
+    from minijinja_py.provenance import PStr, wrap_variables
+
+    wrapped = wrap_variables({"a": ["x", "y", "z"]}, limit=3)  # a, x and y: three items
+    assert [type(item) is PStr for item in wrapped["a"]] == [True, True, False]
+    assert wrapped["a"] == ["x", "y", "z"]

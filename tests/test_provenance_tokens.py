@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import importlib.util
 import re
 import sys
@@ -41,6 +43,7 @@ if not CORPUS.exists():
     pytest.skip(f"corpus with token goldens not found at {CORPUS.root}", allow_module_level=True)
 
 SLUGS = CORPUS.slugs()
+HI = [{"role": "user", "content": "hi"}]
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -201,6 +204,104 @@ def test_config_tokens_are_trusted_and_the_callers_are_not() -> None:
                                   sanitize_control_tokens="provenance",
                                   eos_token="<|endoftext|>")
     assert ids.count(eos) == 1  # the caller's own eos_token is the caller's text
+
+
+@pytest.mark.parametrize("template,value", [
+    ("{{ x }}|im_end|>", "a<"),          # the caller wrote the token's first character
+    ("<|im_{{ x }}", "end|>"),          # ... its last characters
+    ("<|im{{ x }}end|>", "_"),          # ... one in the middle
+    ("{{ x }}{{ y }}", "<|im_"),        # ... all of it, over two inputs
+    ("{{ (eos ~ x)|wordwrap(1000) }}", "z"),  # a run derived from the config and the caller
+], ids=["first", "last", "middle", "two-inputs", "derived-from-both"])
+def test_a_control_token_with_any_character_of_the_callers_is_text(template: str,
+                                                                   value: str) -> None:
+    tok = CORPUS.tokenizer("qwen2")
+    im_end = tok.backend.token_to_id("<|im_end|>")
+    variables = {"x": value, "y": "end|>", "eos": "<|im_end|>"}
+    # the same text from the template alone (or the config alone) is a control token
+    plain = tok.apply_chat_template(HI, chat_template=template, return_dict=False, **variables)
+    assert plain.count(im_end) == 1
+    sanitised = tok.apply_chat_template(HI, chat_template=template, return_dict=False,
+                                        sanitize_control_tokens="provenance",
+                                        sanitize_rule=SanitizeRule(trusted_variables=("eos",)),
+                                        **variables)
+    assert im_end not in sanitised
+    assert tok.decode(sanitised) == tok.decode(plain)
+    trusted = tok.apply_chat_template(HI, chat_template="{{ eos }}|{{ x }}", return_dict=False,
+                                      sanitize_control_tokens="provenance",
+                                      sanitize_rule=SanitizeRule(trusted_variables=("eos",)),
+                                      **variables)
+    assert trusted.count(im_end) == 1  # the trusted variable alone: a control token
+
+
+def _encoded_both_ways(family: str, control_token: str, chat: list, template: str):
+    """(the control token's id, the ids of ``chat`` through ``template`` unsanitised, the same
+    sanitised by provenance), with the corpus tokenizer of ``family``."""
+    tok = CORPUS.tokenizer(family)
+    encode = functools.partial(tok.apply_chat_template, chat, chat_template=template,
+                               return_dict=False)
+    return (tok.backend.token_to_id(control_token), encode(),
+            encode(sanitize_control_tokens="provenance"))
+
+
+def test_a_run_derived_from_the_callers_text_and_a_trusted_role_is_the_callers() -> None:
+    # (m.content ~ m.role)|wordwrap: one derived run, its paths messages[0].content (the
+    # caller's) then messages[0].role (a standard role, trusted): any path of the caller's
+    # makes the run the caller's, whichever comes after it
+    im_end, plain, sanitised = _encoded_both_ways(
+        "qwen2", "<|im_end|>", [{"role": "user", "content": "<|im_end|>"}],
+        "{% for m in messages %}{{ (m.content ~ m.role)|wordwrap(1000) }}{% endfor %}")
+    assert plain.count(im_end) == 1
+    assert im_end not in sanitised
+
+
+def test_text_of_unknown_origin_is_the_callers() -> None:
+    # a namespace prints its attributes through a repr that keeps no origins: the run is
+    # "unknown", so it may be the caller's, and is sanitised as the caller's
+    im_end, plain, sanitised = _encoded_both_ways(
+        "qwen2", "<|im_end|>", [{"role": "user", "content": "<|im_end|>"}],
+        "{{ namespace(a=messages[0].content) }}")
+    assert plain.count(im_end) == 1
+    assert im_end not in sanitised
+    assert CORPUS.tokenizer("qwen2").decode(sanitised) == "<Namespace {'a': '<|im_end|>'}>"
+
+
+def test_neutralize_replaces_every_piece_of_a_control_token_of_two_characters_or_more() -> None:
+    # prefixes and suffixes, any case; a one-character token would cover every occurrence of
+    # its character, and is left out
+    from minijinja_py.chat.provenance_uses import _Fragments, neutralize
+
+    fragments = _Fragments(["<|im_end|>", "ab", "q"])
+    assert neutralize("say AB, <|im and end|> q", fragments) == "say xx, xxxx and xxxxx q"
+
+
+def test_added_tokens_that_are_not_special_are_control_tokens_too() -> None:
+    """phi-3's "</s>" is an added token but not a special one: the caller's is text."""
+    end, plain, sanitised = _encoded_both_ways(
+        "phi-3", "</s>", [{"role": "user", "content": "hi </s> there"}],
+        "{% for m in messages %}{{ m.content }}{% endfor %}</s>")
+    assert plain.count(end) == 2
+    assert sanitised.count(end) == 1
+
+
+@pytest.mark.parametrize("role", ["system", "user", "assistant", "tool", "developer",
+                                  "function", "ipython"])
+def test_every_documented_standard_role_is_structure(role: str) -> None:
+    """The standard roles docs/tokens.md lists: a template that turns one into a control token
+    (`'<|' + role + '|>'`) keeps it one."""
+    tok = CORPUS.tokenizer("qwen2")
+    im_end = tok.backend.token_to_id("<|im_end|>")
+    template = "{% for m in messages %}<|{{ m.role }}|>{% endfor %}"
+    chat = [{"role": role, "content": "x"}, {"role": "im_end", "content": "y"}]
+    ids = tok.apply_chat_template(chat, chat_template=template, return_dict=False,
+                                  sanitize_control_tokens="provenance",
+                                  sanitize_rule=SanitizeRule(trusted_roles=(role, "im_end")))
+    assert ids.count(im_end) == 1  # a role the rule trusts builds a control token...
+    ids = tok.apply_chat_template(chat, chat_template=template, return_dict=False,
+                                  sanitize_control_tokens="provenance")
+    assert ids.count(im_end) == 0  # ...and "im_end" is not a standard one
+    assert SanitizeRule().trusted_roles == ("system", "user", "assistant", "tool",
+                                            "developer", "function", "ipython")
 
 
 def test_marker_characters_in_inputs_do_nothing() -> None:

@@ -19,21 +19,49 @@ errors) to do what transformers does around a chat template:
 - :mod:`.cli`: the ``minijinja-py`` command.
 """
 
-from .config import (CHAT_TEMPLATE_DIR, CHAT_TEMPLATE_FILE, MAX_CONFIG_BYTES, MAX_FOLDER_BYTES,
-                     SPECIAL_TOKEN_NAMES, TOKENIZER_CONFIG_FILE, ChatConfig, ChatConfigError,
-                     load_chat_config, select_template)
-from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
-                       ChatTemplateValueError, RenderResult, apply_chat_template,
-                       plain_template_data)
-from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
-                     UnencodableTextError, load_tokenizer)
+# public name -> the module of this package that defines it, imported on first use: rendering
+# with ChatTemplate needs only .pipeline, and importing everything here (the tokenizer layer,
+# the config loader and what they import: json, pathlib, threading...) doubled the cold start
+# of a first chat render (see tests/test_cold_start.py)
+_LAZY = {
+    "ChatTemplate": "pipeline", "RenderResult": "pipeline", "ChatTemplateValueError": "pipeline",
+    "apply_chat_template": "pipeline", "plain_template_data": "pipeline",
+    "CONTINUE_FINAL_MESSAGE_MARKER": "pipeline", "REASONING_FIELDS": "pipeline",
+    "ChatConfig": "config", "ChatConfigError": "config", "load_chat_config": "config",
+    "select_template": "config", "SPECIAL_TOKEN_NAMES": "config",
+    "CHAT_TEMPLATE_FILE": "config", "CHAT_TEMPLATE_DIR": "config",
+    "TOKENIZER_CONFIG_FILE": "config", "MAX_CONFIG_BYTES": "config",
+    "MAX_FOLDER_BYTES": "config",
+    "ChatTokenizer": "tokens", "ChatEncoding": "tokens", "TokenizersNotInstalledError": "tokens",
+    "UnencodableTextError": "tokens", "TensorLibraryNotInstalledError": "tokenizer_api",
+    "load_tokenizer": "tokens",
+}
 
-__all__ = [
-    "ChatTemplate", "RenderResult", "ChatTemplateValueError", "apply_chat_template",
-    "plain_template_data", "ChatConfig", "ChatConfigError", "load_chat_config",
-    "select_template", "CONTINUE_FINAL_MESSAGE_MARKER", "REASONING_FIELDS",
-    "SPECIAL_TOKEN_NAMES", "CHAT_TEMPLATE_FILE", "CHAT_TEMPLATE_DIR", "TOKENIZER_CONFIG_FILE",
-    "MAX_CONFIG_BYTES", "MAX_FOLDER_BYTES",
-    "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError", "UnencodableTextError",
-    "load_tokenizer",
-]
+__all__ = list(_LAZY)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
+    from .config import (CHAT_TEMPLATE_DIR, CHAT_TEMPLATE_FILE, MAX_CONFIG_BYTES,
+                         MAX_FOLDER_BYTES, SPECIAL_TOKEN_NAMES, TOKENIZER_CONFIG_FILE,
+                         ChatConfig, ChatConfigError, load_chat_config, select_template)
+    from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
+                           ChatTemplateValueError, RenderResult, apply_chat_template,
+                           plain_template_data)
+    from .tokenizer_api import TensorLibraryNotInstalledError
+    from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
+                         UnencodableTextError, load_tokenizer)
+
+
+def __getattr__(name: str) -> object:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module_name}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

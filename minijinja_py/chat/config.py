@@ -22,7 +22,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["ChatConfig", "ChatConfigError", "load_chat_config", "select_template",
            "CHAT_TEMPLATE_FILE", "CHAT_TEMPLATE_DIR", "TOKENIZER_CONFIG_FILE",
@@ -258,12 +258,39 @@ def _token_text(value: Any) -> Optional[str]:
 
 
 def _special_tokens_of(config: Mapping[str, Any]) -> Dict[str, str]:
+    """The named special tokens of a config, as transformers 5 reads them (and passes them to
+    templates): the standard ones (:data:`SPECIAL_TOKEN_NAMES`), then the model's own
+    (``image_token``...): the entries of an ``extra_special_tokens`` mapping, and every other
+    key ending in ``_token`` whose value is a token."""
     tokens = {}
     for key in SPECIAL_TOKEN_NAMES:
         text = _token_text(config.get(key))
         if text is not None:
             tokens[key] = text
+    extra = config.get("extra_special_tokens")
+    model_own = list(extra.items()) if isinstance(extra, Mapping) else []
+    model_own += [(key, value) for key, value in config.items()
+                  if isinstance(key, str) and key.endswith("_token")
+                  and key not in SPECIAL_TOKEN_NAMES]
+    for key, value in model_own:
+        # (transformers takes these only as a string or a serialized AddedToken)
+        if isinstance(value, str) or (isinstance(value, Mapping)
+                                      and value.get("__type") == "AddedToken"):
+            text = _token_text(value)
+            if text is not None:
+                tokens[str(key)] = text
     return tokens
+
+
+def _extra_special_tokens_of(config: Mapping[str, Any]) -> List[str]:
+    """The special tokens a config lists without names: ``extra_special_tokens`` as a list, or
+    the older ``additional_special_tokens`` (transformers 5 reads the latter as the former)."""
+    extra = config.get("extra_special_tokens")
+    if extra is None:
+        extra = config.get("additional_special_tokens")
+    if not isinstance(extra, (list, tuple)):
+        return []
+    return [text for text in map(_token_text, extra) if text is not None]
 
 
 def _templates_of(value: Any, origin: str) -> Dict[str, str]:

@@ -27,24 +27,34 @@ token ids and masks (``tokenize=True``) are :mod:`minijinja_py.chat.tokens`.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _datetime
-import inspect
 import os
+import sys
 from collections import OrderedDict, abc
-from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from types import FunctionType, MethodType
 
-from ..environment import Environment, Template, chat_environment
+from ..environment import chat_environment
 from ..exceptions import TemplateError
-from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, _special_tokens_of,
-                     load_chat_config, select_template)
-from .schema import get_json_schema
 
-if TYPE_CHECKING:  # pragma: no cover
+# Only what the first render needs is imported here: a fresh process that renders one chat
+# template pays for every module imported on the way, and dataclasses, inspect, json, pathlib
+# and typing (imported by the config loader, the tokenizer layer and the tool schemas) used to
+# double the cost of the engine's own cold start. The config loader (.config) and the tool
+# schemas (.schema) are imported when a render first needs them; tests/test_cold_start.py
+# checks what a first render loads.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
+    import datetime
+    from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                        Union)
+
     from .. import ProvenanceResult
+    from ..environment import Environment, Template
+    from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
+                         select_template)
     from .tokens import ChatTokenizer
+
+    PathLike = Union[str, "os.PathLike[str]"]
+    Now = Union[None, datetime.datetime, Callable[[], Any]]
 
 __all__ = [
     "ChatTemplate",
@@ -61,8 +71,20 @@ __all__ = [
     "SPECIAL_TOKEN_NAMES",
 ]
 
-PathLike = Union[str, "os.PathLike[str]"]
-Now = Union[None, _datetime.datetime, Callable[[], Any]]
+# The names of .config this module has always offered, imported when first asked for.
+_FROM_CONFIG = frozenset({"ChatConfig", "ChatConfigError", "load_chat_config",
+                          "select_template", "SPECIAL_TOKEN_NAMES"})
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_CONFIG:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import config
+
+    value = getattr(config, name)
+    globals()[name] = value
+    return value
+
 
 #: Appended to the final message by ``continue_final_message``; the output is cut where it lands.
 #: It is transformers' own marker: templates that transform the text (strip, split, length...)
@@ -86,17 +108,46 @@ class ChatTemplateValueError(TemplateError, ValueError):
 
 
 # ---- results ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
 class RenderResult:
     """A rendered prompt and the character spans of its ``{% generation %}`` blocks.
 
     ``generation_spans`` holds ``(start, end)`` offsets into ``text``, one per generation block in
     render order, as transformers' ``return_assistant_tokens_mask`` computes them before
-    tokenizing.
+    tokenizing. Immutable; two results are equal when both fields are.
     """
 
+    # (a hand-written frozen record rather than a dataclass: importing dataclasses costs a
+    # fresh process more than the rest of this module, see the imports above)
+    __slots__ = ("text", "generation_spans")
+
     text: str
-    generation_spans: List[Tuple[int, int]] = field(default_factory=list)
+    generation_spans: List[Tuple[int, int]]
+
+    def __init__(self, text: str, generation_spans: Optional[List[Tuple[int, int]]] = None
+                 ) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "generation_spans",
+                           [] if generation_spans is None else generation_spans)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a RenderResult is immutable")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.text, self.generation_spans) == (other.text,  # type: ignore[attr-defined]
+                                                      other.generation_spans)  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash((self.text, tuple(self.generation_spans)))
+
+    def __repr__(self) -> str:
+        return f"RenderResult(text={self.text!r}, generation_spans={self.generation_spans!r})"
+
+    def __reduce__(self) -> Any:
+        return (RenderResult, (self.text, self.generation_spans))
 
     def generation_texts(self) -> List[str]:
         """The text of each generation span (what an assistant mask would cover)."""
@@ -107,8 +158,13 @@ class RenderResult:
 
 
 # ---- step 2 and 5: plain data ----------------------------------------------------------------
-def _is_dataclass_instance(value: Any) -> bool:
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+def _dataclass_fields(value: Any) -> Optional[Tuple[Any, ...]]:
+    """The fields of a dataclass instance, None for anything else. Without the dataclasses
+    module loaded no dataclass exists, so it is never imported here for nothing."""
+    dataclasses = sys.modules.get("dataclasses")
+    if dataclasses is None or isinstance(value, type) or not dataclasses.is_dataclass(value):
+        return None
+    return dataclasses.fields(value)
 
 
 def _has_model_dump(value: Any) -> bool:
@@ -129,11 +185,10 @@ def _objects_to_dicts(value: Any, depth: int = 0) -> Any:
         return [_objects_to_dicts(item, depth + 1) for item in value]
     if isinstance(value, tuple):
         return tuple(_objects_to_dicts(item, depth + 1) for item in value)
-    if _is_dataclass_instance(value):
-        result = {}
-        for dc_field in dataclasses.fields(value):
-            result[dc_field.name] = _objects_to_dicts(getattr(value, dc_field.name), depth + 1)
-        return result
+    fields = _dataclass_fields(value)
+    if fields is not None:
+        return {field.name: _objects_to_dicts(getattr(value, field.name), depth + 1)
+                for field in fields}
     if _has_model_dump(value):
         return _objects_to_dicts(value.model_dump(), depth + 1)
     return value
@@ -176,11 +231,10 @@ def plain_template_data(value: Any, _depth: int = 0) -> Any:
         return tuple(plain_template_data(item, _depth + 1) for item in value)
     if _is_numpy_scalar(value):
         return plain_template_data(value.item(), _depth + 1)
-    if _is_dataclass_instance(value):
-        result = {}
-        for dc_field in dataclasses.fields(value):
-            result[dc_field.name] = plain_template_data(getattr(value, dc_field.name), _depth + 1)
-        return result
+    fields = _dataclass_fields(value)
+    if fields is not None:
+        return {field.name: plain_template_data(getattr(value, field.name), _depth + 1)
+                for field in fields}
     if _has_model_dump(value):
         return plain_template_data(value.model_dump(), _depth + 1)
     return f"<{type(value).__name__}>"
@@ -240,7 +294,9 @@ def _tool_schemas(tools: Any) -> Optional[List[Any]]:
     for tool in tools:
         if isinstance(tool, abc.Mapping):
             schemas.append(tool)
-        elif inspect.isfunction(tool) or inspect.ismethod(tool):
+        elif isinstance(tool, (FunctionType, MethodType)):  # inspect.isfunction/ismethod
+            from .schema import get_json_schema
+
             schemas.append(get_json_schema(tool))
         else:
             raise ValueError("Tools should either be a JSON schema, or a callable function with "
@@ -320,6 +376,34 @@ def _clip_spans(spans: Iterable[Tuple[int, int]], length: int) -> List[Tuple[int
     return clipped
 
 
+# ---- what a render is not asked ---------------------------------------------------------------
+#: transformers' apply_chat_template options about token ids. Given to a ChatTemplate they
+#: would become template variables, and a call ported from transformers with tokenize=True
+#: would quietly return text: set to False or None (asking for nothing) they are dropped,
+#: otherwise refused.
+TOKENIZATION_OPTIONS = ("tokenize", "return_dict", "return_tensors", "padding", "truncation",
+                        "max_length", "return_assistant_tokens_mask", "sanitize_control_tokens",
+                        "tokenizer_kwargs")
+
+
+def _refuse_tokenization_options(template_kwargs: Dict[str, Any]) -> None:
+    """Drop the tokenization options set to False or None from ``template_kwargs``; raise a
+    TypeError naming the others and the call that takes them."""
+    asked = []
+    for name in TOKENIZATION_OPTIONS:
+        if name in template_kwargs:
+            value = template_kwargs.pop(name)
+            if value is not None and value is not False:
+                asked.append(f"{name}={value!r}")
+    if asked:
+        raise TypeError(
+            f"ChatTemplate renders text and does not tokenize: {', '.join(asked)} "
+            f"{'is an option' if len(asked) == 1 else 'are options'} of "
+            "ChatTokenizer.apply_chat_template (ChatTokenizer.from_pretrained(model_folder)"
+            ".apply_chat_template(messages, ...)), also reached as "
+            "mj.apply_chat_template(model_folder, messages, tokenize=True, ...)")
+
+
 # ---- environments ----------------------------------------------------------------------------
 _ENVIRONMENTS: "OrderedDict[Any, Environment]" = OrderedDict()
 _ENVIRONMENT_CACHE_SIZE = 16
@@ -388,6 +472,8 @@ class ChatTemplate:
         and JSON), :class:`~minijinja_py.chat.gguf.GGUFError` for a corrupt GGUF file, and
         :class:`~minijinja_py.TemplateSyntaxError` when the template does not parse.
         """
+        from .config import load_chat_config, select_template
+
         config = load_chat_config(path_or_dict)
         selected, source = select_template(config.templates, name=name, tools=tools)
         label = config.origin
@@ -397,44 +483,55 @@ class ChatTemplate:
                    template_name=selected)
 
     # -- rendering -------------------------------------------------------------------------
-    def render(self, /, messages: Any, tools: Optional[Sequence[Any]] = None,
+    def render(self, /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
                documents: Optional[Sequence[Any]] = None, add_generation_prompt: bool = False,
-               continue_final_message: Union[bool, str] = False, **template_kwargs: Any) -> str:
+               continue_final_message: Union[bool, str] = False, *, conversation: Any = None,
+               **template_kwargs: Any) -> str:
         """Render ``messages`` to a prompt string, exactly like transformers'
-        ``apply_chat_template(..., tokenize=False)``.
+        ``apply_chat_template(..., tokenize=False)``. The messages may also be given as
+        ``conversation=``, transformers' name for them (not both).
 
         ``tools`` are JSON schemas (dicts) or Python functions (converted with
         :func:`~minijinja_py.chat.schema.get_json_schema`); ``documents`` are dicts.
         ``continue_final_message`` (True, or the name of the final message's field to continue,
         such as ``"reasoning_content"``) ends the prompt inside the final message, so a model
-        continues it. Every other keyword is a template variable. Raises
-        :class:`ChatTemplateValueError` (a ValueError, as in transformers, and a
+        continues it. Every other keyword is a template variable, except transformers'
+        tokenization options (``tokenize``, ``return_dict``, ``return_tensors``, ``padding``,
+        ``truncation``, ``max_length``, ``return_assistant_tokens_mask``,
+        ``sanitize_control_tokens``, ``tokenizer_kwargs``): those are accepted set to False or
+        None (``tokenize=False`` is what this method does) and refused with a TypeError
+        otherwise, as token ids are :class:`~minijinja_py.chat.tokens.ChatTokenizer`'s work.
+        Raises :class:`ChatTemplateValueError` (a ValueError, as in transformers, and a
         :class:`~minijinja_py.TemplateError`) for an empty conversation and for the
         ``continue_final_message`` problems transformers refuses, TypeError for messages that
         are not dicts, and a :class:`~minijinja_py.TemplateError` subclass when the template
         itself fails.
         """
+        messages = _the_conversation(messages, conversation, "ChatTemplate.render")
         return self._render(messages, tools, documents, add_generation_prompt,
                             continue_final_message, template_kwargs, False).text
 
-    def render_with_spans(self, /, messages: Any, tools: Optional[Sequence[Any]] = None,
+    def render_with_spans(self, /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
                           documents: Optional[Sequence[Any]] = None,
                           add_generation_prompt: bool = False,
-                          continue_final_message: Union[bool, str] = False,
-                          **template_kwargs: Any) -> RenderResult:
+                          continue_final_message: Union[bool, str] = False, *,
+                          conversation: Any = None, **template_kwargs: Any) -> RenderResult:
         """Like :meth:`render`, and also record the character span of each
         ``{% generation %}`` block's output, as ``return_assistant_tokens_mask`` does.
 
         With ``continue_final_message`` (which transformers refuses together with the mask) the
         spans are those of the cut text: a span reaching past the cut ends at the cut.
         """
+        messages = _the_conversation(messages, conversation, "ChatTemplate.render_with_spans")
         return self._render(messages, tools, documents, add_generation_prompt,
                             continue_final_message, template_kwargs, True)
 
-    def render_with_provenance(self, /, messages: Any, tools: Optional[Sequence[Any]] = None,
+    def render_with_provenance(self, /, messages: Any = None,
+                               tools: Optional[Sequence[Any]] = None,
                                documents: Optional[Sequence[Any]] = None,
                                add_generation_prompt: bool = False,
-                               continue_final_message: Union[bool, str] = False,
+                               continue_final_message: Union[bool, str] = False, *,
+                               conversation: Any = None,
                                **template_kwargs: Any) -> "ProvenanceResult":
         """Like :meth:`render_with_spans`, and also say where every character came from: a
         :class:`~minijinja_py.provenance.ProvenanceResult` whose ``runs`` name the template
@@ -445,6 +542,7 @@ class ChatTemplate:
         """
         from .. import ProvenanceResult
 
+        messages = _the_conversation(messages, conversation, "ChatTemplate.render_with_provenance")
         variables, final_text = self._prepare(messages, tools, documents, add_generation_prompt,
                                               continue_final_message, template_kwargs)
         result = self.template.render_with_provenance(variables)
@@ -462,12 +560,13 @@ class ChatTemplate:
         and the caller did not override: their text is the tokenizer's, not the caller's."""
         return frozenset(self.special_tokens) - frozenset(template_kwargs or ())
 
-    def template_variables(self, /, messages: Any, tools: Optional[Sequence[Any]] = None,
+    def template_variables(self, /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
                            documents: Optional[Sequence[Any]] = None,
-                           add_generation_prompt: bool = False,
+                           add_generation_prompt: bool = False, *, conversation: Any = None,
                            **template_kwargs: Any) -> Dict[str, Any]:
         """The exact variables a render would pass to the template (without the
         ``continue_final_message`` marker): useful to debug what a template sees."""
+        messages = _the_conversation(messages, conversation, "ChatTemplate.template_variables")
         variables, _ = self._prepare(messages, tools, documents, add_generation_prompt, False,
                                      template_kwargs)
         return variables
@@ -475,6 +574,7 @@ class ChatTemplate:
     def _prepare(self, messages: Any, tools: Any, documents: Any, add_generation_prompt: Any,
                  continue_final_message: Union[bool, str], template_kwargs: Dict[str, Any]
                  ) -> Tuple[Dict[str, Any], Optional[str]]:
+        _refuse_tokenization_options(template_kwargs)
         chat = _normalize_conversation(messages)
         if continue_final_message and add_generation_prompt:
             raise ChatTemplateValueError(
@@ -518,16 +618,67 @@ class ChatTemplate:
         return f"<ChatTemplate {label!r}>"
 
 
-def _looks_like_template(text: str) -> bool:
-    return "{{" in text or "{%" in text or "{#" in text or "\n" in text
+#: A string given where a template source or a model path is accepted is a path when it ends in
+#: one of these, or when it holds none of the template marks below (and never when it holds a
+#: line break, which no path does).
+PATH_SUFFIXES = (".jinja", ".json", ".gguf")
+_TEMPLATE_MARKS = ("{{", "{%", "{#")
+
+
+def names_a_path(text: str) -> bool:
+    """Whether ``text``, given where a template source or a model path is accepted, means a
+    path: it ends in ``.jinja``, ``.json`` or ``.gguf``, or holds no ``{{``, ``{%`` or ``{#``
+    (a template without them renders a constant text); never with a line break in it."""
+    if "\n" in text:
+        return False
+    return text.endswith(PATH_SUFFIXES) or not any(mark in text for mark in _TEMPLATE_MARKS)
+
+
+def _model_path(value: Any) -> Union[None, str, "os.PathLike[str]"]:
+    """The path ``value`` names (see :func:`names_a_path`), None when it is not one (a template
+    source, a config dict, a ChatTemplate...). A path-like string that names nothing is a
+    FileNotFoundError naming it: a typo must not render as a template."""
+    if isinstance(value, os.PathLike):
+        return value
+    if not isinstance(value, str) or not names_a_path(value):
+        return None
+    if not os.path.exists(value):
+        import errno
+
+        reason = (f"it ends in {os.path.splitext(value)[1]}" if value.endswith(PATH_SUFFIXES)
+                  else "it holds no {{, {% or {#")
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory (taken as a model "
+                                f"folder or file, not as a template source: {reason})", value)
+    return value
+
+
+def _the_conversation(messages: Any, conversation: Any, call: str) -> Any:
+    """The conversation given as ``messages`` or under transformers' name ``conversation=``."""
+    if conversation is None:
+        if messages is None:
+            raise TypeError(f"{call}() missing the conversation: pass the messages (positionally "
+                            "or as messages=, or as conversation= like transformers)")
+        return messages
+    if messages is not None:
+        raise TypeError(f"{call}() got the conversation twice: messages and conversation= "
+                        "(transformers' name for it) are the same argument, pass one of them")
+    return conversation
+
+
+def _is_chat_tokenizer(value: Any) -> bool:
+    # Until the tokenizer layer is imported no ChatTokenizer exists: a plain render does not
+    # import it (see the imports at the top)
+    tokens = sys.modules.get(f"{__package__}.tokens")
+    return tokens is not None and isinstance(value, tokens.ChatTokenizer)
 
 
 def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any], ChatTemplate,
                                               "ChatTokenizer"],
-                        /, messages: Any, tools: Optional[Sequence[Any]] = None,
+                        /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
                         documents: Optional[Sequence[Any]] = None,
                         add_generation_prompt: bool = False,
                         continue_final_message: Union[bool, str] = False, *,
+                        conversation: Any = None,
                         template_name: Optional[str] = None, now: Now = None,
                         chat_template: Optional[str] = None, tokenize: bool = False,
                         return_dict: bool = True, return_assistant_tokens_mask: bool = False,
@@ -539,14 +690,17 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
     """Render ``messages`` in one call (see :meth:`ChatTemplate.render`), or, with
     ``tokenize=True``, render and encode them like transformers'
     ``tokenizer.apply_chat_template`` (see
-    :meth:`minijinja_py.chat.tokens.ChatTokenizer.apply_chat_template`).
+    :meth:`minijinja_py.chat.tokens.ChatTokenizer.apply_chat_template`). The messages may also
+    be given as ``conversation=``, transformers' name for them.
 
     ``source_or_config`` is a template source string, a :class:`ChatTemplate`, a tokenizer
     config dict, a path (model directory, ``tokenizer_config.json``, ``.jinja``, ``.gguf``) or a
-    :class:`~minijinja_py.chat.tokens.ChatTokenizer`. A string is a path only when it contains no
-    template syntax and names an existing file or directory. ``template_name`` picks a named
-    template of a config; ``chat_template`` is a template source used instead of the config's
-    (the config still provides the special tokens).
+    :class:`~minijinja_py.chat.tokens.ChatTokenizer`. A string is a path when it ends in
+    ``.jinja``, ``.json`` or ``.gguf`` or holds no template syntax (``{{``, ``{%``, ``{#``), and
+    a template source otherwise (see :func:`names_a_path`); a path that does not exist is a
+    FileNotFoundError naming it. ``template_name`` picks a named template of a config;
+    ``chat_template`` is a template source used instead of the config's (the config still
+    provides the special tokens).
 
     ``tokenize`` defaults to False here, unlike transformers, so that this function keeps
     returning the prompt string it always returned. With ``tokenize=True`` the first argument
@@ -559,21 +713,21 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
     ``sanitize_control_tokens`` need ``tokenize=True`` (ValueError otherwise) and the padding
     options are ignored without it.
     """
-    from .tokens import ChatTokenizer, load_tokenizer
-
+    messages = _the_conversation(messages, conversation, "apply_chat_template")
     if return_assistant_tokens_mask and not (return_dict and tokenize):
         raise ValueError("`return_assistant_tokens_mask=True` requires `return_dict=True` and "
                          "`tokenize=True`")
     if sanitize_control_tokens and not tokenize:
         raise ValueError("`sanitize_control_tokens=True` requires `tokenize=True`.")
+    path = None if _is_chat_tokenizer(source_or_config) else _model_path(source_or_config)
 
-    if tokenize or isinstance(source_or_config, ChatTokenizer):
-        if isinstance(source_or_config, ChatTokenizer):
+    if tokenize or _is_chat_tokenizer(source_or_config):
+        from .tokens import load_tokenizer
+
+        if _is_chat_tokenizer(source_or_config):
             tokenizer = source_or_config
-        elif isinstance(source_or_config, os.PathLike) or (
-                isinstance(source_or_config, str) and not _looks_like_template(source_or_config)
-                and os.path.exists(source_or_config)):
-            tokenizer = load_tokenizer(source_or_config)
+        elif path is not None:
+            tokenizer = load_tokenizer(path)
         else:
             raise TypeError("tokenize=True needs a model folder (with tokenizer.json) or a "
                             "ChatTokenizer as the first argument, not a "
@@ -582,6 +736,8 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
         if chat_template is None and template_name is not None:
             chat_template = template_name
             if template_name not in tokenizer.chat_templates:
+                from .config import select_template
+
                 select_template(tokenizer.chat_templates, name=template_name)  # its error
         return tokenizer.apply_chat_template(
             messages, tools=tools, documents=documents, chat_template=chat_template,
@@ -597,14 +753,13 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
         if chat_template is not None:
             template = ChatTemplate(chat_template, now=now,
                                     special_tokens=source_or_config.special_tokens)
-    elif isinstance(source_or_config, abc.Mapping) or isinstance(source_or_config, os.PathLike) or (
-            isinstance(source_or_config, str) and not _looks_like_template(source_or_config)
-            and os.path.exists(source_or_config)):
+    elif path is not None or isinstance(source_or_config, abc.Mapping):
+        config = source_or_config if path is None else path
         if chat_template is not None:
             template = ChatTemplate(chat_template, now=now,
-                                    special_tokens=_special_tokens_only(source_or_config))
+                                    special_tokens=_special_tokens_only(config))
         else:
-            template = ChatTemplate.from_tokenizer_config(source_or_config, name=template_name,
+            template = ChatTemplate.from_tokenizer_config(config, name=template_name,
                                                           tools=tools, now=now)
     else:
         template = ChatTemplate(chat_template if chat_template is not None
@@ -618,6 +773,9 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
 def _special_tokens_only(source: Union[PathLike, Mapping[str, Any]]) -> Dict[str, str]:
     """The special tokens of a config, folder or file whose own template is not used (it may
     have none)."""
+    from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder,
+                         _special_tokens_of, load_chat_config)
+
     if isinstance(source, abc.Mapping):
         return _special_tokens_of(source)
     try:
@@ -627,8 +785,6 @@ def _special_tokens_only(source: Union[PathLike, Mapping[str, Any]]) -> Dict[str
         if not os.path.isdir(directory):
             raise
     from pathlib import Path
-
-    from .config import TOKENIZER_CONFIG_FILE, _ModelFolder
 
     config = _ModelFolder(Path(directory)).read_json(Path(directory) / TOKENIZER_CONFIG_FILE)
     return _special_tokens_of(config) if isinstance(config, dict) else {}

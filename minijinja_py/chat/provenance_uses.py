@@ -40,10 +40,10 @@ __all__ = [
     "neutral_encoding", "ForgedCount", "count_forged_tokens",
 ]
 
-#: Roles of the chat formats in use. A message whose role is one of these has its role
-#: treated as structure, not as caller text (see :class:`SanitizeRule`).
 STANDARD_ROLES: Tuple[str, ...] = ("system", "user", "assistant", "tool", "developer",
                                    "function", "ipython")
+"""Roles of the chat formats in use. A message whose role is one of these has its role
+treated as structure, not as caller text (see :class:`SanitizeRule`)."""
 
 Span = Tuple[int, int]
 
@@ -137,9 +137,11 @@ class AssistantMaskRule:
                 object.__setattr__(self, name, (value,))
 
 
-#: The settings closest to the ``{% generation %}`` convention of the corpus's templates (content,
-#: end-of-turn token and the newline after it; see benchmarks/provenance_report.py).
 GENERATION_TAG_LIKE = AssistantMaskRule(closing_newline=True, closing_fallback="line")
+"""The single :class:`AssistantMaskRule` closest to the ``{% generation %}`` convention of real
+chat templates: the message's characters, the end-of-turn token and the newline after it, or
+the rest of the line when no end-of-turn token closes the turn (measured by
+``benchmarks/provenance_report.py``)."""
 
 
 @dataclass(frozen=True)

@@ -52,18 +52,22 @@ from pathlib import Path
 from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
-from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _ModelFolder, _special_tokens_of,
-                     load_chat_config, select_template)
+from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _extra_special_tokens_of,
+                     _ModelFolder, _special_tokens_of, load_chat_config, select_template)
 from ..exceptions import TemplateError
-from .pipeline import (ChatTemplate, ChatTemplateValueError, Now, _normalize_conversation)
+from .pipeline import ChatTemplate, ChatTemplateValueError, _normalize_conversation
+from .tokenizer_api import (NO_GENERATION_TAG_WARNING, TensorLibraryNotInstalledError,
+                            TransformersTokenizerAPI, has_generation_tag, to_tensor, warn_once)
 from .tokenizer_caps import check_tokenizer_config, check_tokenizer_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    from .pipeline import Now
     from .provenance_uses import AssistantMaskRule, SanitizeRule
 
 __all__ = [
-    "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError", "load_tokenizer",
+    "ChatTokenizer", "ChatEncoding", "TokenizersNotInstalledError",
+    "TensorLibraryNotInstalledError", "UnencodableTextError", "load_tokenizer",
     "INSTALL_HINT", "TOKENIZER_FILE", "CONTROL_TOKEN_START", "CONTROL_TOKEN_END",
     "template_literal_text",
 ]
@@ -89,8 +93,6 @@ VERY_LARGE_INTEGER = int(1e30)
 _PADDING_VALUES = ("longest", "max_length", "do_not_pad")
 _TRUNCATION_VALUES = ("longest_first", "only_first", "only_second", "do_not_truncate")
 
-#: tokenizer_kwargs understood here (the others transformers' __call__ takes return data this
-#: API does not produce).
 #: Below this many characters one plain encode is faster than pieces encoded in parallel.
 _PARALLEL_MIN_CHARS = 4096
 
@@ -107,6 +109,8 @@ _PIECEWISE_PRE_TOKENIZERS = ("Split", "ByteLevel", "Whitespace", "WhitespaceSpli
                              "Digits", "UnicodeScripts", "BertPreTokenizer",
                              "CharDelimiterSplit")
 
+#: tokenizer_kwargs understood here (the others transformers' __call__ takes return data this
+#: API does not produce).
 _TOKENIZER_KWARGS = ("padding", "truncation", "max_length", "pad_to_multiple_of", "padding_side",
                      "return_attention_mask", "return_offsets_mapping", "split_special_tokens",
                      "verbose")
@@ -215,14 +219,19 @@ def _mark(value: Any, pattern: "re.Pattern[str]") -> Any:
 
 
 # ---- the tokenizer ---------------------------------------------------------------------------
-class ChatTokenizer:
+class ChatTokenizer(TransformersTokenizerAPI):
     """A model folder's tokenizer and chat template(s), encoding chats like transformers.
 
     Load with ``ChatTokenizer.from_pretrained(folder)`` (or :func:`load_tokenizer`, which
     caches). ``backend`` is the ``tokenizers.Tokenizer``; ``special_tokens_map`` the special
-    tokens passed to templates; ``pad_token``/``pad_token_id``, ``padding_side``,
-    ``truncation_side``, ``model_max_length``, ``chat_control_tokens`` and ``chat_templates``
-    (name -> source) mirror transformers' attributes. ``now`` fixes ``strftime_now()``.
+    tokens passed to templates; ``bos_token``, ``eos_token``, ``unk_token``, ``sep_token``,
+    ``pad_token``, ``cls_token``, ``mask_token`` and their ``*_token_id``, ``chat_template``,
+    ``padding_side``, ``truncation_side``, ``model_max_length``, ``chat_control_tokens`` and
+    ``clean_up_tokenization_spaces`` mirror transformers' attributes (setting a special token
+    or ``chat_template`` works as there); ``chat_templates`` maps every template's name to its
+    source. ``now`` fixes ``strftime_now()``. Calling the tokenizer encodes text as
+    transformers' ``tokenizer(text)`` does (:meth:`__call__`), :meth:`decode` and
+    :meth:`batch_decode` turn ids back into text.
     """
 
     def __init__(self, backend: Any, config: Optional[Mapping[str, Any]] = None, *,
@@ -236,7 +245,12 @@ class ChatTokenizer:
         self.chat_templates: Dict[str, str] = dict(chat_templates or {})
         self._template_error = template_error
         self.special_tokens_map: Dict[str, str] = _special_tokens_of(config)
-        self.pad_token: Optional[str] = self.special_tokens_map.get("pad_token")
+        self.extra_special_tokens: List[str] = _extra_special_tokens_of(config)
+        self.clean_up_tokenization_spaces = bool(config.get("clean_up_tokenization_spaces",
+                                                            False))
+        self._clean_up_bpe_anyway = bool(config.get(
+            "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False))
+        self._warned_too_long = False
         self.model_max_length = config.get("model_max_length", VERY_LARGE_INTEGER)
         if not isinstance(self.model_max_length, (int, float)) or \
                 isinstance(self.model_max_length, bool):
@@ -423,14 +437,14 @@ class ChatTokenizer:
                    now=now, name=str(directory))
 
     # -- plain encoding --------------------------------------------------------------------
-    @property
-    def pad_token_id(self) -> Optional[int]:
-        if self.pad_token is None:
-            return None
-        return self.backend.token_to_id(self.pad_token)
-
-    def encode(self, text: str, *, split_special_tokens: Optional[bool] = None) -> List[int]:
-        """Token ids of ``text`` without special tokens added (``add_special_tokens=False``)."""
+    def encode(self, text: str, *, split_special_tokens: Optional[bool] = None,
+               add_special_tokens: bool = False) -> List[int]:
+        """Token ids of ``text``, by default without the special tokens the tokenizer's
+        post-processor adds (``add_special_tokens=False``, unlike transformers' ``encode``: the
+        texts encoded here are rendered prompts, whose template writes its special tokens);
+        ``add_special_tokens=True`` gives transformers' ``tokenizer.encode(text)``."""
+        if add_special_tokens:
+            return self(text, split_special_tokens=split_special_tokens)["input_ids"]
         return self._encode_texts([text], split_special_tokens)[0][0]
 
     def _encode_texts(self, texts: Sequence[str], split_special_tokens: Optional[bool] = None,
@@ -505,17 +519,18 @@ class ChatTokenizer:
                 self._backends[split] = copy
         return copy
 
-    def _run_encoder(self, texts: List[str], offsets: bool, backend: Any) -> List[Any]:
-        """The Rust encoder on ``texts`` (no special tokens added). Without offsets, its
-        ``encode_batch_fast`` (when the installed tokenizers has it), which skips tracking
-        them."""
+    def _run_encoder(self, texts: List[str], offsets: bool, backend: Any,
+                     add_special_tokens: bool = False) -> List[Any]:
+        """The Rust encoder on ``texts`` (no special tokens added unless asked). Without
+        offsets, its ``encode_batch_fast`` (when the installed tokenizers has it), which skips
+        tracking them."""
         batch_fast = getattr(backend, "encode_batch_fast", None)
         try:
             if not offsets and batch_fast is not None:
-                return batch_fast(texts, add_special_tokens=False)
+                return batch_fast(texts, add_special_tokens=add_special_tokens)
             if len(texts) == 1:
-                return [backend.encode(texts[0], add_special_tokens=False)]
-            return backend.encode_batch(texts, add_special_tokens=False)
+                return [backend.encode(texts[0], add_special_tokens=add_special_tokens)]
+            return backend.encode_batch(texts, add_special_tokens=add_special_tokens)
         except TypeError:
             _refuse_surrogates(texts)
             raise
@@ -533,12 +548,6 @@ class ChatTokenizer:
             splits = [split for split, _ in backend.pre_tokenizer.pre_tokenize_str(text)]
         model = backend.model
         return [token.id for split in splits for token in model.tokenize(split)]
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[Optional[str]]:
-        return [self.backend.id_to_token(int(index)) for index in ids]
 
     def token_text(self, index: int) -> str:
         """What one token id stands for, as text (its decoding, or the raw token string when
@@ -650,7 +659,12 @@ class ChatTokenizer:
         ``return_attention_mask``, ``split_special_tokens`` and ``return_offsets_mapping``
         (adds ``offset_mapping``, each token's character span in ``text``; also when
         sanitising, where transformers has none); other keys are a TypeError. ``return_tensors``
-        is None, ``"np"`` or ``"pt"`` (numpy/torch imported then).
+        is None, ``"np"`` or ``"pt"``: every value is then an array or tensor with a batch
+        dimension, also for one conversation (as in transformers), and a library that is not
+        installed is a :class:`~minijinja_py.chat.tokenizer_api.TensorLibraryNotInstalledError`
+        saying what to install. ``return_assistant_tokens_mask=True`` with a template that has
+        no ``{% generation %}`` block logs transformers' warning (once per process, logger
+        ``minijinja_py.chat``): the mask is all zeros.
 
         Beyond transformers: ``sanitize_control_tokens`` may be combined with
         ``return_assistant_tokens_mask`` (transformers refuses the pair). The ids are then the
@@ -716,6 +730,9 @@ class ChatTokenizer:
                                  "return_assistant_tokens_mask.")
         if sanitize_control_tokens and not tokenize:
             raise ValueError("`sanitize_control_tokens=True` requires `tokenize=True`.")
+        if return_assistant_tokens_mask and not by_message and \
+                not has_generation_tag(template.source):
+            warn_once(NO_GENERATION_TAG_WARNING)  # the mask will be all zeros
         trusted = template.trusted_variables(kwargs)
         by_markers = bool(sanitize_control_tokens) and not by_provenance
         if by_markers:
@@ -790,57 +807,28 @@ class ChatTokenizer:
             offsets = [item[1] or [] for item in encoded_texts]
 
         if truncate and max_length is not None:
-            if self.truncation_side == "right":
-                rows = [row[:max_length] for row in rows]
-                offsets = [row[:max_length] for row in offsets]
-            else:
-                rows = [row[len(row) - max_length:] if len(row) > max_length else row
-                        for row in rows]
-                offsets = [row[len(row) - max_length:] if len(row) > max_length else row
-                           for row in offsets]
-        masks = [[1] * len(row) for row in rows]
-        target = None
-        if padding_strategy == "longest":
-            target = max(len(row) for row in rows)
-        elif padding_strategy == "max_length":
-            target = max_length
-        multiple = options.get("pad_to_multiple_of")
-        if target is not None and multiple and target % multiple:
-            target = (target // multiple + 1) * multiple
-        if target is not None:
-            side = options.get("padding_side") or self.padding_side
-            if side not in ("left", "right"):
-                raise ValueError(f"Invalid padding strategy:{side}")
-            pad_id = self.pad_token_id
-            for i, row in enumerate(rows):
-                missing = target - len(row)
-                if missing <= 0:
-                    continue
-                if side == "right":
-                    rows[i] = row + [pad_id] * missing
-                    masks[i] = masks[i] + [0] * missing
-                    if want_offsets:
-                        offsets[i] = offsets[i] + [(0, 0)] * missing
-                else:
-                    rows[i] = [pad_id] * missing + row
-                    masks[i] = [0] * missing + masks[i]
-                    if want_offsets:
-                        offsets[i] = [(0, 0)] * missing + offsets[i]
-
-        if not return_dict:
-            return _tensor(rows if is_batched else rows[0], return_tensors)
-        result = ChatEncoding()
-        result["input_ids"] = rows if is_batched else rows[0]
-        if options.get("return_attention_mask", True) is not False:
-            result["attention_mask"] = masks if is_batched else masks[0]
-        if options.get("return_offsets_mapping"):
-            result["offset_mapping"] = offsets if is_batched else offsets[0]
+            rows = [_truncated(row, max_length, self.truncation_side) for row in rows]
+            offsets = [_truncated(row, max_length, self.truncation_side) for row in offsets]
+        columns = {"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]}
+        if want_offsets:
+            columns["offset_mapping"] = offsets
+        self._pad_columns(columns, padding_strategy, max_length, options)
+        self._warn_if_too_long(columns["input_ids"], max_length, options.get("verbose", True))
         if return_assistant_tokens_mask:
-            assistant = [_overlap_mask(offsets[i], spans[i]) for i in range(len(rows))]
-            result["assistant_masks"] = assistant if is_batched else assistant[0]
-        if return_tensors is not None:
-            for key in list(result):
-                result[key] = _tensor(result[key], return_tensors)
+            columns["assistant_masks"] = [_overlap_mask(row, spans[i]) for i, row
+                                          in enumerate(columns["offset_mapping"])]
+        if not options.get("return_offsets_mapping"):
+            columns.pop("offset_mapping", None)
+        if options.get("return_attention_mask", True) is False:
+            del columns["attention_mask"]
+        # one conversation's tensors keep their batch dimension, as in transformers
+        batched = is_batched or return_tensors is not None
+        if not return_dict:
+            rows = columns["input_ids"]
+            return to_tensor(rows if batched else rows[0], return_tensors)
+        result = ChatEncoding()
+        for key, key_rows in columns.items():
+            result[key] = to_tensor(key_rows if batched else key_rows[0], return_tensors)
         result.text = plain_texts if is_batched else plain_texts[0]
         return result
 
@@ -1036,6 +1024,13 @@ def _strategy(value: Any, allowed: Any, kind: str) -> str:
     return value
 
 
+def _truncated(row: List[Any], max_length: int, side: str) -> List[Any]:
+    """``row`` cut to ``max_length`` items on ``side`` (the end for "right")."""
+    if len(row) <= max_length:
+        return row
+    return row[:max_length] if side == "right" else row[len(row) - max_length:]
+
+
 def _overlap_mask(offsets: Sequence[Tuple[int, int]], spans: Sequence[Tuple[int, int]]
                   ) -> List[int]:
     """1 for every token whose character range overlaps a generation span (transformers'
@@ -1078,19 +1073,6 @@ def _overlap_mask_by_search(offsets: List[Tuple[int, int]], spans: Sequence[Tupl
         if last > first:
             mask[first:last] = [1] * (last - first)
     return mask
-
-
-def _tensor(value: Any, return_tensors: Any) -> Any:
-    if return_tensors is None:
-        return value
-    kind = getattr(return_tensors, "value", return_tensors)
-    if kind == "np":
-        import numpy
-        return numpy.array(value, dtype=numpy.int64)
-    if kind == "pt":
-        import torch
-        return torch.tensor(value, dtype=torch.long)
-    raise ValueError(f"return_tensors must be None, 'np' or 'pt', not {return_tensors!r}")
 
 
 # ---- loading with a cache --------------------------------------------------------------------

@@ -228,3 +228,7 @@ def run_isolated(source: str, data: Optional[dict] = None, *, data_expr: str = "
         error_bases=tuple(result.get("error_bases", ())),
         message=result.get("message", ""), lineno=result.get("lineno"),
         column=result.get("column"), stderr=completed.stderr.decode("utf-8", "replace"))
+
+
+# -- a test's own code in a child process: see tests/forked.py -------------------------------------
+from forked import run_forked  # noqa: E402,F401  (tests/ is on the path of every test)

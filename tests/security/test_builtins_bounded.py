@@ -194,6 +194,18 @@ def test_huge_printed_form_is_refused_before_it_is_built(source: str, data_expr:
     _assert_refused_by(_bounded(source, data_expr), "max_string_size")
 
 
+@pytest.mark.parametrize("source", ["{{ '{!r}'.format(s)|length }}", "{{ '{!a}'.format(s)|length }}",
+                                    "{{ ('%r' % (s,))|length }}"],
+                         ids=["format-repr", "format-ascii", "printf-repr"])
+def test_a_repr_is_refused_before_it_is_built(source: str) -> None:
+    """The caller's 120 MB of control characters print as 480 MB: refused from the estimate,
+    in a child whose memory cap leaves no room to build that repr first and refuse it after."""
+    result = run_isolated(source, data_expr="{'s': chr(0) * 120000000}", limits=NO_DEADLINE,
+                          timeout=TIMEOUT, memory=700 * 2 ** 20)
+    _assert_refused_by(result, "max_string_size")
+    assert "480,000,00" in result.message, result.describe()
+
+
 # -- prices: a floor of steps per unit of real work ----------------------------------------------
 def _steps_needed(source: str, **data: Any) -> int:
     """The steps one render takes, found by bisecting ``max_steps`` (deterministic)."""

@@ -14,14 +14,14 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Any, List
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 import minijinja_py as mj
 from minijinja_py import deadline as watchdog
 
-from security_support import run_isolated
+from security_support import run_forked, run_isolated
 
 # every test runs as a plain render, a provenance render and the tokens path (conftest.py)
 pytestmark = pytest.mark.usefixtures("render_mode")
@@ -31,6 +31,8 @@ UNBOUNDED_STEPS = 10**15
 #: A deadline that fired must have stopped the render within this many CPU seconds past it
 #: (generous: the watchdog's own lateness is at most deadline.TICK).
 LATE = 3.0
+#: A child process checking a deadline is killed (and the test fails) after this many seconds.
+CHILD_TIMEOUT = 60.0
 
 # Loops priced far below their real cost (or run long on purpose): each would run for hours.
 SLOW_LOOPS = {
@@ -55,22 +57,40 @@ def _limits(seconds: float, **more: Any) -> mj.Limits:
                      max_recursion=1000, **more)
 
 
-def _deadline_error(source: str, seconds: float, **data: Any) -> None:
-    """Render ``source`` with a deadline of ``seconds``: the deadline stops it, located, no
-    sooner than it should (wall clock) and no later than LATE seconds of work past it."""
+def _render_to_the_deadline(source: str, seconds: float, data: Dict[str, Any]) -> tuple:
+    """Render ``source`` with a deadline of ``seconds`` (in the process calling it: a child of
+    the test's, see _deadline_error): (the error's class names or "finished", its message,
+    line, wall-clock seconds, CPU seconds of the render's thread)."""
     env = mj.chat_environment(limits=_limits(seconds))
     template = env.from_string(source)
     start = time.monotonic()
     cpu_start = time.thread_time()  # (the render runs in this thread)
-    with pytest.raises(mj.DeadlineExceededError) as info:
+    try:
         template.render(**data)
-    cpu = time.thread_time() - cpu_start
-    elapsed = time.monotonic() - start
-    assert "Limits.max_seconds" in info.value.message
-    assert isinstance(info.value, mj.LimitExceededError)
-    assert info.value.lineno == 1  # located at the statement that was running (one line)
-    assert elapsed >= seconds, elapsed
-    assert cpu < seconds + LATE, cpu
+    except mj.TemplateError as exc:
+        outcome: tuple = ([cls.__name__ for cls in type(exc).__mro__], exc.message, exc.lineno)
+    else:
+        outcome = ("finished", "", None)
+    return outcome + (time.monotonic() - start, time.thread_time() - cpu_start)
+
+
+def _check_deadline_outcome(outcome: tuple, seconds: float) -> None:
+    """The deadline stopped the render, located, no sooner than it should (wall clock) and
+    no later than LATE seconds of work past it."""
+    classes, message, lineno, elapsed, cpu = outcome
+    assert "DeadlineExceededError" in classes and "LimitExceededError" in classes, outcome
+    assert "Limits.max_seconds" in message, outcome
+    assert lineno == 1, outcome  # located at the statement that was running (one line)
+    assert elapsed >= seconds, outcome
+    assert cpu < seconds + LATE, outcome
+
+
+def _deadline_error(source: str, seconds: float, **data: Any) -> None:
+    """The render of ``source`` is stopped by a deadline of ``seconds``. It runs in a child
+    process with its own timeout: a deadline that never fires fails the test instead of
+    hanging it."""
+    _check_deadline_outcome(run_forked(_render_to_the_deadline, source, seconds, data,
+                                       timeout=CHILD_TIMEOUT), seconds)
 
 
 @pytest.mark.parametrize("source", list(SLOW_LOOPS.values()), ids=list(SLOW_LOOPS))
@@ -89,11 +109,11 @@ def test_deadline_stops_generated_loops_too(source: str, monkeypatch: pytest.Mon
 
 
 def test_the_error_names_the_limit_and_how_to_raise_it() -> None:
-    with pytest.raises(mj.DeadlineExceededError) as info:
-        mj.chat_environment(limits=_limits(0.2)).from_string(SLOW_LOOPS["nested-ranges"]).render()
-    message = info.value.message
-    assert "deadline of 0.2 s" in message
-    assert "Environment(limits=Limits(max_seconds=...))" in message
+    classes, message, *_ = run_forked(_render_to_the_deadline, SLOW_LOOPS["nested-ranges"], 0.2,
+                                      {}, timeout=CHILD_TIMEOUT)
+    assert classes[0] == "DeadlineExceededError"
+    assert "the render ran past its deadline of 0.2 s (limit Limits.max_seconds=0.2; " \
+        "raise it with Environment(limits=Limits(max_seconds=...))" in message
 
 
 def test_default_deadline_stops_a_loop_the_step_budget_underprices() -> None:
@@ -138,9 +158,9 @@ def test_deadline_must_be_positive(value: float) -> None:
         mj.Limits(max_seconds=value)
 
 
-def test_deadlines_hold_in_many_threads_at_once() -> None:
+def _threads_with_deadlines() -> tuple:
     """Eight threads: four render forever-loops with short deadlines, four render quick work
-    continuously; every slow one stops, no quick one is hurt."""
+    continuously. (The slow ones' outcomes, the quick ones' counts of wrong renders.)"""
     env = mj.chat_environment(limits=_limits(0.7))
     slow = env.from_string(SLOW_LOOPS["namespace-counter"])
     quick = env.from_string("{% for i in range(50) %}{{ i }},{% endfor %}")
@@ -166,34 +186,48 @@ def test_deadlines_hold_in_many_threads_at_once() -> None:
                 bad += 1
         outcomes.append(("quick", bad))
 
-    threads = [threading.Thread(target=run_slow) for _ in range(4)]
-    threads += [threading.Thread(target=run_quick) for _ in range(4)]
+    threads = [threading.Thread(target=run_slow, daemon=True) for _ in range(4)]
+    threads += [threading.Thread(target=run_quick, daemon=True) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads[:4]:
-        thread.join(timeout=60)
+        thread.join()  # (the child's timeout bounds this)
     stop.set()
     for thread in threads[4:]:
-        thread.join(timeout=60)
-    slow_results = [value for kind, value in outcomes if kind == "slow"]
-    quick_results = [value for kind, value in outcomes if kind == "quick"]
-    assert len(slow_results) == 4 and len(quick_results) == 4, outcomes
+        thread.join()
+    return ([value for kind, value in outcomes if kind == "slow"],
+            [value for kind, value in outcomes if kind == "quick"])
+
+
+def test_deadlines_hold_in_many_threads_at_once() -> None:
+    """Every slow render stops at its deadline, no quick one is hurt (in a child process:
+    threads that never stop fail the test instead of hanging it)."""
+    slow_results, quick_results = run_forked(_threads_with_deadlines, timeout=CHILD_TIMEOUT)
+    assert len(slow_results) == 4 and len(quick_results) == 4, (slow_results, quick_results)
     # none stopped early by the wall clock, none late by its own CPU time
     assert all(isinstance(v, tuple) and v[0] >= 0.7 and v[1] < 0.7 + LATE
-               for v in slow_results), outcomes
+               for v in slow_results), slow_results
     assert quick_results == [0, 0, 0, 0]
+
+
+def _restart_after_idle() -> tuple:
+    """A render, the watchdog left to go idle, another render: (whether the watchdog ended,
+    the second render's outcome)."""
+    env = mj.chat_environment(limits=_limits(0.5))
+    assert env.from_string("{{ 1 }}").render() == "1"
+    deadline = time.monotonic() + 30  # a guard: it returns as soon as the watchdog has ended
+    while watchdog._running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ended = not watchdog._running
+    return ended, _render_to_the_deadline(SLOW_LOOPS["nested-ranges"], 0.5, {})
 
 
 def test_watchdog_restarts_after_going_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     """The watchdog thread ends when idle; the next render starts it again and is watched."""
     monkeypatch.setattr(watchdog, "IDLE_EXIT", 0.05)
-    env = mj.chat_environment(limits=_limits(0.5))
-    assert env.from_string("{{ 1 }}").render() == "1"
-    deadline = time.monotonic() + 60  # a guard: it returns as soon as the watchdog has ended
-    while watchdog._running and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not watchdog._running, "the idle watchdog did not end"
-    _deadline_error(SLOW_LOOPS["nested-ranges"], 0.5)
+    ended, outcome = run_forked(_restart_after_idle, timeout=CHILD_TIMEOUT)
+    assert ended, "the idle watchdog did not end"
+    _check_deadline_outcome(outcome, 0.5)
 
 
 def test_no_render_is_left_registered() -> None:
@@ -264,3 +298,140 @@ def test_render_goes_on_when_no_watchdog_thread_can_start(monkeypatch: pytest.Mo
         # the next render starts a watchdog again (a second one, if the first still runs,
         # only watches the same renders twice until it goes idle)
         watchdog._running = False
+
+
+# -- the watchdog's schedule, against a simulated clock ---------------------------------------------
+#: What deadline.py documents: the watchdog sleeps at most this long while renders are in
+#: progress, and ends after this long without any (copied here, not read from deadline.py).
+DOCUMENTED_TICK = 0.05
+DOCUMENTED_IDLE_EXIT = 5.0
+
+
+class _Simulation:
+    """deadline._watchdog run in this thread against a simulated clock, with scheduled events
+    (renders registering); no real time passes and no thread starts. The clock advances a
+    nanosecond at every reading, as a real one does, and by the watchdog's sleeps; a sleep
+    ends early when an event wakes the watchdog (deadline._wake_up). Runs in a child process
+    (run_forked): it replaces the module's clock and locks."""
+
+    class Stop(Exception):
+        """The simulation has run as long as it may (the watchdog never ended)."""
+
+    def __init__(self, events: List[tuple], until: float = 1000.0) -> None:
+        self.now = 0.0
+        self.events = sorted(events, key=lambda event: event[0])  # (time, action)
+        self.until = until
+        self.awake = False  # released: the next sleep ends at once
+        self.sleeps: List[float] = []
+        self.readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        if self.readings > 10_000_000:
+            raise self.Stop("the watchdog keeps reading the clock without sleeping")
+        self.now += 1e-9
+        return self.now
+
+    def release(self) -> None:
+        if self.awake:
+            raise RuntimeError("release unlocked lock")
+        self.awake = True
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self.awake:
+            self.awake = False
+            return True
+        if not blocking:
+            return False
+        self.sleeps.append(timeout)
+        wake_at = self.now + timeout
+        while self.events and self.events[0][0] <= wake_at:
+            at, action = self.events.pop(0)
+            self.now = max(self.now, at)
+            action()
+            if self.awake:
+                self.awake = False
+                return True
+        self.now = wake_at
+        if self.now > self.until:
+            raise self.Stop(f"still running at {self.now:.2f} s")
+        return False
+
+    def run(self) -> float:
+        """Run the watchdog until it ends; the simulated time when it did."""
+        watchdog.monotonic = self.monotonic
+        watchdog._wake = self
+        watchdog._active.clear()
+        watchdog._running = True  # (as watch() sets it before starting the thread)
+        for at, action in list(self.events):
+            if at <= 0:
+                action()
+        self.events = [event for event in self.events if event[0] > 0]
+        watchdog._watchdog()
+        return self.now
+
+
+class _Render:
+    """What the watchdog watches: a deadline, and expire()."""
+
+    def __init__(self, simulation: _Simulation, seconds: float) -> None:
+        self.simulation = simulation
+        self.deadline = simulation.now + seconds
+        self.expired_at: List[float] = []
+
+    def expire(self) -> None:
+        self.expired_at.append(self.simulation.now)
+
+
+def _schedule(registrations: List[tuple]) -> Dict[str, Any]:
+    """Renders registered (watch()) at simulated times: [(time, name, seconds)]. Returns, per
+    render, its deadline and when it was expired; and when the watchdog ended."""
+    simulation = _Simulation([])
+    renders: Dict[str, _Render] = {}
+
+    def register(name: str, seconds: float) -> Callable[[], None]:
+        def action() -> None:
+            render = renders[name] = _Render(simulation, seconds)
+            watchdog.watch(render, seconds)
+        return action
+
+    simulation.events = sorted(((at, register(name, seconds))
+                                for at, name, seconds in registrations), key=lambda e: e[0])
+    try:
+        ended: Optional[float] = simulation.run()
+    except _Simulation.Stop:
+        ended = None
+    return {"ended": ended, "sleeps": max(simulation.sleeps, default=0.0),
+            **{name: (render.deadline, render.expired_at) for name, render in renders.items()}}
+
+
+def test_the_watchdog_expires_each_render_at_its_deadline() -> None:
+    # a long render, then one registered while the watchdog sleeps (a deadline longer than a
+    # tick: nothing wakes it), then a very short one (which wakes it)
+    result = run_forked(_schedule, [(0.0, "long", 100.0), (0.3, "later", 1.0),
+                                    (0.31, "short", 0.01)], timeout=CHILD_TIMEOUT)
+    for name in ("long", "later", "short"):
+        deadline, expired_at = result[name]
+        assert len(expired_at) == 1, (name, result)  # expired once, then no longer watched
+        assert abs(expired_at[0] - deadline) < 1e-6, (name, result)  # at its deadline
+    assert result["sleeps"] <= DOCUMENTED_TICK + 1e-6, result
+
+
+def test_the_watchdog_notices_a_new_render_within_a_tick() -> None:
+    """A render registered while the watchdog sleeps, its deadline shorter than the sleep
+    would have been without ticks, is expired at its deadline all the same."""
+    result = run_forked(_schedule, [(0.0, "long", 1000.0), (0.001, "second", 0.2)],
+                        timeout=CHILD_TIMEOUT)
+    deadline, expired_at = result["second"]
+    assert expired_at and abs(expired_at[0] - deadline) < 1e-6, result
+
+
+def test_the_watchdog_ends_after_being_idle_and_not_before() -> None:
+    result = run_forked(_schedule, [(0.0, "only", 1.0)], timeout=CHILD_TIMEOUT)
+    deadline, expired_at = result["only"]
+    assert expired_at == [pytest.approx(deadline, abs=1e-6)], result
+    assert result["ended"] is not None, "the idle watchdog never ended"
+    # idle from its last wake-up with a render in progress (at most a tick before the
+    # render's end): it ends on its first wake-up IDLE_EXIT seconds after that
+    assert deadline - DOCUMENTED_TICK + DOCUMENTED_IDLE_EXIT < result["ended"] <= (
+        deadline + DOCUMENTED_IDLE_EXIT + DOCUMENTED_TICK + 1e-6), result

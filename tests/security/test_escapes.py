@@ -24,7 +24,7 @@ import pytest
 
 import minijinja_py as mj
 
-from security_support import jinja2_outcome
+from security_support import jinja2_outcome, outcome
 
 # every test runs as a plain render, a provenance render and the tokens path (conftest.py)
 pytestmark = pytest.mark.usefixtures("render_mode")
@@ -335,6 +335,21 @@ def test_host_object_private_attributes_are_refused() -> None:
             h=Host())
 
 
+@pytest.mark.parametrize("source,named", [
+    ("{% set ns = namespace(_x=1) %}{{ ns._x }}", True),
+    ("{% set ns = namespace() %}{% set ns._y = 2 %}{{ ns._y }}", True),
+    ("{% set ns = namespace(a=1) %}{{ ns._attrs }}{{ ns.__class__ }}", False),
+])
+def test_a_namespaces_private_names_are_never_read(source: str, named: bool) -> None:
+    # the chat environment refuses to give a namespace a private name, as Jinja2 does...
+    expected = ("error", "SecurityError") if named else ("ok", "")
+    assert jinja2_outcome(source) == expected
+    result = outcome(source)
+    assert (result[0], getattr(result[1], "__name__", result[1])) == expected
+    # ... an Environment lets it hold one, and a template never reads it back
+    assert mj.Environment().from_string(source).render() == ""
+
+
 # -- the `dict` global cannot reach dict's methods on the caller's data --------------------------
 @pytest.mark.parametrize("source", [
     "{{ dict.update(messages[0], {'role': 'hacked'}) }}",
@@ -489,3 +504,221 @@ def test_filters_do_not_modify_caller_data() -> None:
               "{% for m in messages %}{% set m = 1 %}{% endfor %}{{ messages|tojson }}")
     mj.chat_environment().from_string(source).render(**given)
     assert given == before
+
+
+# -- callables the host marks as unsafe (alters_data / unsafe_callable) ---------------------------
+# Jinja2's sandbox refuses to call anything whose ``alters_data`` or ``unsafe_callable`` attribute
+# is true (Django's convention for methods such as ``delete``), however the template reached it:
+# a function, a bound method, a host object's method read as an attribute, an item or through
+# ``attr``, a class or static method, a callable object. The method wrapper of host methods
+# once hid the marks, so ``{{ o.delete() }}`` ran the method.
+MARKS = ("alters_data", "unsafe_callable")
+
+# (id, source): each calls the callable named ``target`` of the data made by _marked_data
+MARKED_CALLS = [
+    ("function", "{{ function() }}"),
+    ("bound-method", "{{ bound() }}"),
+    ("host-method", "{{ o.target() }}"),
+    ("host-method-item", "{{ o['target']() }}"),
+    ("host-method-attr-filter", "{{ (o|attr('target'))() }}"),
+    ("host-method-set", "{% set m = o.target %}{{ m() }}"),
+    ("host-method-in-loop", "{% for m in [o.target] %}{{ m() }}{% endfor %}"),
+    ("classmethod", "{{ o.by_class() }}"),
+    ("staticmethod", "{{ o.by_static() }}"),
+    ("callable-object", "{{ callable_object() }}"),
+    ("dict-subclass-method", "{{ mapping.target() }}"),
+    ("tuple-subclass-method", "{{ pair.target() }}"),
+]
+
+
+def _marked_data(mark: str, marked: bool) -> tuple:
+    """(data, calls): host callables of every shape, each marked with ``mark`` when ``marked``;
+    ``calls`` records each call that reached the host."""
+    calls: list = []
+
+    def flagged(function: Any) -> Any:
+        if marked:
+            setattr(function, mark, True)
+        return function
+
+    @flagged
+    def function() -> str:
+        calls.append("function")
+        return "DONE"
+
+    class Host:
+        @flagged
+        def target(self) -> str:
+            calls.append("target")
+            return "DONE"
+
+        @classmethod
+        @flagged
+        def by_class(cls) -> str:
+            calls.append("by_class")
+            return "DONE"
+
+        @staticmethod
+        @flagged
+        def by_static() -> str:
+            calls.append("by_static")
+            return "DONE"
+
+    class CallableObject:
+        def __call__(self) -> str:
+            calls.append("callable_object")
+            return "DONE"
+
+    class Mapping(dict):
+        target = Host.target
+
+    class Pair(tuple):
+        target = Host.target
+
+    callable_object = CallableObject()
+    if marked:
+        setattr(callable_object, mark, True)
+    return ({"function": function, "bound": Host().target, "o": Host(),
+             "callable_object": callable_object, "mapping": Mapping(a=1),
+             "pair": Pair((1, 2))}, calls)
+
+
+@pytest.mark.parametrize("mark", MARKS)
+@pytest.mark.parametrize("source", [c[1] for c in MARKED_CALLS], ids=[c[0] for c in MARKED_CALLS])
+def test_marked_host_callables_are_refused_as_jinja2_refuses_them(mark: str, source: str) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    reference, reference_calls = _marked_data(mark, marked=True)
+    with pytest.raises(SecurityError, match="is not safely callable"):
+        ImmutableSandboxedEnvironment().from_string(source).render(**reference)
+    assert reference_calls == []
+    given, calls = _marked_data(mark, marked=True)
+    with pytest.raises(mj.SecurityError) as info:
+        mj.chat_environment().from_string(source).render(**given)
+    assert info.value.message.endswith(" is not safely callable"), info.value.message
+    assert info.value.lineno == 1
+    assert calls == [], "the host's marked callable ran"
+
+
+@pytest.mark.parametrize("source", [c[1] for c in MARKED_CALLS], ids=[c[0] for c in MARKED_CALLS])
+def test_unmarked_host_callables_are_called_as_jinja2_calls_them(source: str) -> None:
+    """The same shapes unmarked: called, in both engines (each reaches the call the marks stop)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    reference, reference_calls = _marked_data("alters_data", marked=False)
+    expected = ImmutableSandboxedEnvironment().from_string(source).render(**reference)
+    given, calls = _marked_data("alters_data", marked=False)
+    assert mj.chat_environment().from_string(source).render(**given) == expected == "DONE"
+    assert calls == reference_calls and len(calls) == 1
+
+
+@pytest.mark.parametrize("mark", MARKS)
+def test_marked_host_methods_print_without_being_called(mark: str) -> None:
+    """Only calling is refused: a template may still print or pass a marked method, as in Jinja2."""
+    given, calls = _marked_data(mark, marked=True)
+    text = mj.chat_environment().from_string(
+        "{{ o.target }}|{{ o.target is callable }}|{{ mapping.target is defined }}").render(**given)
+    assert text == "<built-in method target of Host object>|True|True"
+    assert calls == []
+
+
+# -- host objects that lead to the interpreter: classes, code, frames, tracebacks, modules --------
+def _interpreter_objects() -> dict:
+    import sys
+
+    class Host:
+        module = sys  # an attribute holding a module
+
+    def function() -> int:
+        return 1
+
+    try:
+        raise ValueError("x")
+    except ValueError as exc:
+        traceback = exc.__traceback__
+    return {"cls": Host, "code": function.__code__, "frame": sys._getframe(),
+            "traceback": traceback, "o": Host()}
+
+
+# (source, expected: output, or (error class, message)); all as in Jinja2's sandbox but for the
+# module: Jinja2 hands a module out (`o.module.path` reads sys.path), this sandbox never does
+INTERPRETER_OBJECTS = [
+    ("{{ cls.mro }}", ""),
+    ("{{ cls.mro() }}", (SEC, "access to attribute 'mro' of 'type' object is unsafe.")),
+    ("{{ code.co_code }}|{{ code.co_name }}|{{ code.co_consts }}", "||"),
+    ("{{ code.co_consts[0] }}", (SEC, "access to attribute 'co_consts' of 'code' object is unsafe.")),
+    ("{{ frame.f_globals }}|{{ frame.f_lineno }}|{{ frame.f_back }}", "||"),
+    ("{{ frame.f_globals['os'] }}", (SEC, "access to attribute 'f_globals' of 'frame' object is unsafe.")),
+    ("{{ traceback.tb_frame }}|{{ traceback.tb_lineno }}", "|"),
+    ("{{ traceback.tb_frame.f_globals }}",
+     (SEC, "access to attribute 'tb_frame' of 'traceback' object is unsafe.")),
+    ("{{ o.module }}", ""),
+    ("{{ o.module.path }}", (SEC, "access to attribute 'module' of 'Host' object is unsafe.")),
+    ("{{ missing_name.__class__.__mro__ }}",
+     (SEC, "access to attribute '__class__' of 'Undefined' object is unsafe.")),
+    ("{% for i in [1] %}{{ loop._length }}{% endfor %}", ""),
+    ("{% for i in [1] %}{{ loop._length.x }}{% endfor %}",
+     (SEC, "access to attribute '_length' of 'LoopContext' object is unsafe.")),
+    ("{% set c = cycler('a') %}{{ c._items.x }}",
+     (SEC, "access to attribute '_items' of 'Cycler' object is unsafe.")),
+    ("{{ (258).to_bytes(2, 'big') }}",
+     (SEC, "int.to_bytes is not available: bytes are not template values")),
+]
+
+
+@pytest.mark.parametrize("source,expected", INTERPRETER_OBJECTS)
+def test_interpreter_objects_are_out_of_reach(source: str, expected: Any) -> None:
+    if isinstance(expected, str):
+        assert mj.chat_environment().from_string(source).render(**_interpreter_objects()) == \
+            expected
+        return
+    error, message = expected
+    with pytest.raises(error) as info:
+        mj.chat_environment().from_string(source).render(**_interpreter_objects())
+    assert info.value.message == message
+
+
+# -- the host's subclasses of the plain types: Jinja2's rules for what they add -----------------------
+def _host_subclasses() -> dict:
+    import collections
+    import sys
+
+    class Totals(dict):
+        _hidden = 5
+        module = sys
+
+        def total(self) -> int:
+            return sum(self.values())
+
+    return {"p": collections.namedtuple("Point", "x y")(1, 2), "d": Totals(a=1, b=2)}
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("{{ p.x }}|{{ p.count(1) }}|{{ p._fields }}|{{ p._asdict }}", "1|1||"),
+    ("{{ p._replace(x=5) }}", (SEC, "access to attribute '_replace' of 'Point' object is unsafe.")),
+    ("{{ d.total() }}|{{ d._hidden }}|{{ d.a }}", "3||1"),
+    ("{{ d._hidden.real }}", (SEC, "access to attribute '_hidden' of 'Totals' object is unsafe.")),
+])
+def test_host_subclasses_of_plain_types_follow_jinja2s_rules(source: str, expected: Any) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        reference: Any = ImmutableSandboxedEnvironment().from_string(source).render(
+            **_host_subclasses())
+    except Exception as exc:  # noqa: BLE001 - compared below
+        reference = (type(exc).__name__, str(exc))
+    if isinstance(expected, str):
+        assert reference == expected
+        assert mj.chat_environment().from_string(source).render(**_host_subclasses()) == expected
+        return
+    assert reference == (expected[0].__name__, expected[1])
+    with pytest.raises(expected[0]) as info:
+        mj.chat_environment().from_string(source).render(**_host_subclasses())
+    assert info.value.message == expected[1]
+
+
+def test_what_host_subclasses_add_is_wrapped_as_any_host_objects() -> None:
+    """A method a host's subclass adds prints without an address, as any host method; an
+    attribute holding a module is out of reach (Jinja2 prints both as they are)."""
+    assert mj.chat_environment().from_string("{{ d.total }}|{{ d.module }}").render(
+        **_host_subclasses()) == "<built-in method total of Totals object>|"

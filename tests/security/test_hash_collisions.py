@@ -22,6 +22,9 @@ refuses. Below the bound the output equals Jinja2's.
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -249,6 +252,8 @@ def test_mutable_growth_below_the_bound() -> None:
     (0.5, True, False),                 # at most 34 floats share a hash value
     ((1, 2), True, True),               # two numbers: one can be solved for the other
     ((3,), True, False),                # one number: a bijection of its hash
+    ((0.5, 2.5), True, True),           # floats in a tuple, as ints
+    ((0.5,), True, False),
     (("a", 5), False, False),           # a secret lane mixed in
     (("a", P), True, True),             # ... but a colliding item collides the tuple
     (("a", (1, 2)), True, True),
@@ -262,6 +267,20 @@ def test_which_keys_a_template_can_aim(key: Any, steered: bool, colliding: bool)
     assert (collisions.census([key], salted=True)[1] == 1) == colliding
 
 
+def test_a_fixed_pythonhashseed_makes_strs_keys_a_template_can_aim() -> None:
+    """Strings are not counted because Python keys their hash with a secret of the process;
+    a fixed PYTHONHASHSEED makes every str hash computable (README: hash collisions), so
+    strs are then counted as ints are. Checked in a child started with the seed."""
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); from minijinja_py import "
+              "collisions; print(collisions.census(['role'])[1], "
+              "collisions.census(['role'], salted=True)[1])")
+    root = str(Path(mj.__file__).resolve().parent.parent)
+    for seed, expected in (("0", "1 0"), ("random", "0 0")):
+        child = subprocess.run([sys.executable, "-c", script, root], capture_output=True,
+                               text=True, timeout=60, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert child.stdout.split() == expected.split(), (seed, child.stderr)
+
+
 def test_solved_small_int_pairs_share_one_hash() -> None:
     pairs = collision_keys.colliding_pairs(200)
     assert len({hash(pair) for pair in pairs}) == 1
@@ -270,8 +289,9 @@ def test_solved_small_int_pairs_share_one_hash() -> None:
 
 def test_ordinary_tables_are_not_limited() -> None:
     """What real templates hash (strings, small ints in unique) is never refused, and a
-    dict literal of constant string keys is not even counted."""
-    env = mj.chat_environment()
+    dict literal of constant string keys is not even counted (the default limits but the
+    deadline, a wall clock that a loaded machine can make fire first)."""
+    env = mj.chat_environment(limits=mj.Limits(max_seconds=None))
     assert env.from_string("{{ range(100000) | unique | list | length }}").render() == "100000"
     assert env.from_string("{{ dict.fromkeys(range(2000)) | length }}").render() == "2000"
     names = [f"k{i}" for i in range(200000)]

@@ -49,8 +49,8 @@ VICTIM_OUTPUT = ("a:user=hi+b:assistant=yo|2|{'a': 1}|[0, 1, 2]"
 
 BIG = "{% set s = 'x' * 40000000 %}"               # 40 MB, under max_string_size
 CJK = "{% set s = '語 ' * 12000000 %}"             # 24 M characters, 96 MB as UCS-4
-DEEP_TUPLE = ("{% set ns = namespace(t=()) %}{% for i in range(500000) %}"
-              "{% set ns.t = (ns.t,) %}{% endfor %}")
+DEEP_TUPLE = ("{% set ns = namespace(t=()) %}{% for i in range(1000) %}{% for j in range(500) %}"
+              "{% set ns.t = (ns.t,) %}{% endfor %}{% endfor %}")
 WIDE_TUPLE = ("{% set ns = namespace(t=(1,)) %}{% for i in range(60) %}"
               "{% set ns.t = (ns.t, ns.t) %}{% endfor %}")
 
@@ -60,121 +60,126 @@ LIST_DAG = ("{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
             "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}")
 
 # (id, source, data as a Python expression evaluated in the child, environment, expected)
-# expected: "limit" (a LimitExceededError), "error" (any TemplateError), "ok" (renders, and
-# prints no memory address), "clean" (either an error or a harmless output)
+# expected: "limit:<field>" (a LimitExceededError whose message names Limits.<field> first),
+# "error:<class>" (a TemplateError of that class), "ok" (renders, and prints no memory
+# address). Which limit stops an attack is part of what is tested: a render that merely stops
+# could be stopped by a limit that has nothing to do with the attack (the deep tuples were
+# once refused by max_range, before any tuple was built).
 ATTACKS: List[tuple] = [
     # -- process crash: hashing a tuple nested 500,000 deep ------------------------------------
-    ("deep-tuple-dict-key", DEEP_TUPLE + "{{ {ns.t: 1} }}", "", "chat", "limit"),
-    ("deep-tuple-in-dict", DEEP_TUPLE + "{{ ns.t in {} }}", "", "chat", "limit"),
-    ("deep-tuple-unique", DEEP_TUPLE + "{{ [ns.t]|unique|list }}", "", "chat", "limit"),
-    ("deep-tuple-is-filter", DEEP_TUPLE + "{{ ns.t is filter }}", "", "chat", "limit"),
-    ("deep-tuple-via-dictsort", "{% set ns = namespace(t=()) %}{% for i in range(500000) %}"
-     "{% set ns.t = {'k': ns.t}|dictsort|first %}{% endfor %}{{ ns.t in {} }}", "", "chat",
-     "limit"),
-    ("deep-tuple-via-append", "{% set l = [()] %}{% for i in range(500000) %}"
-     "{% set _ = l.append({'k': l[-1]}|dictsort|first) %}{% endfor %}{{ l[-1] in {} }}", "",
-     "mutable", "limit"),
-    ("wide-tuple-exponential-hash", WIDE_TUPLE + "{{ ns.t in {} }}", "", "chat", "limit"),
-    ("list-dag-equal", LIST_DAG + "{{ ns.a == ns.b }}", "", "chat", "limit"),
-    ("list-dag-in", LIST_DAG + "{{ ns.a in [ns.b] }}", "", "chat", "limit"),
-    ("list-dag-is-eq", LIST_DAG + "{{ ns.a is eq(ns.b) }}", "", "chat", "limit"),
-    ("list-dag-sort", LIST_DAG + "{{ [ns.a, ns.b]|sort|length }}", "", "chat", "limit"),
-    ("list-dag-unique", LIST_DAG + "{{ [ns.a, ns.b]|unique|list|length }}", "", "chat", "limit"),
+    ("deep-tuple-dict-key", DEEP_TUPLE + "{{ {ns.t: 1} }}", "", "chat", "limit:max_recursion"),
+    ("deep-tuple-in-dict", DEEP_TUPLE + "{{ ns.t in {} }}", "", "chat", "limit:max_recursion"),
+    ("deep-tuple-unique", DEEP_TUPLE + "{{ [ns.t]|unique|list }}", "", "chat", "limit:max_recursion"),
+    ("deep-tuple-is-filter", DEEP_TUPLE + "{{ ns.t is filter }}", "", "chat", "limit:max_recursion"),
+    ("deep-tuple-via-dictsort", "{% set ns = namespace(t=()) %}{% for i in range(1000) %}"
+     "{% for j in range(500) %}{% set ns.t = {'k': ns.t}|dictsort|first %}{% endfor %}"
+     "{% endfor %}{{ ns.t in {} }}", "", "chat",
+     "limit:max_recursion"),
+    ("deep-tuple-via-append", "{% set l = [()] %}{% for i in range(1000) %}"
+     "{% for j in range(500) %}{% set _ = l.append({'k': l[-1]}|dictsort|first) %}{% endfor %}"
+     "{% endfor %}{{ l[-1] in {} }}", "",
+     "mutable", "limit:max_recursion"),
+    ("wide-tuple-exponential-hash", WIDE_TUPLE + "{{ ns.t in {} }}", "", "chat", "limit:max_collection_size"),
+    ("list-dag-equal", LIST_DAG + "{{ ns.a == ns.b }}", "", "chat", "limit:max_collection_size"),
+    ("list-dag-in", LIST_DAG + "{{ ns.a in [ns.b] }}", "", "chat", "limit:max_collection_size"),
+    ("list-dag-is-eq", LIST_DAG + "{{ ns.a is eq(ns.b) }}", "", "chat", "limit:max_collection_size"),
+    ("list-dag-sort", LIST_DAG + "{{ [ns.a, ns.b]|sort|length }}", "", "chat", "limit:max_collection_size"),
+    ("list-dag-unique", LIST_DAG + "{{ [ns.a, ns.b]|unique|list|length }}", "", "chat", "limit:max_collection_size"),
     ("list-dag-selectattr", LIST_DAG + "{{ [{'k': ns.a}]|selectattr('k', 'eq', ns.b)|list }}",
-     "", "chat", "limit"),
+     "", "chat", "limit:max_collection_size"),
     ("dict-dag-equal", "{% set ns = namespace(a={}, b={}) %}{% for i in range(60) %}"
      "{% set ns.a = {'x': ns.a, 'y': ns.a} %}{% set ns.b = {'x': ns.b, 'y': ns.b} %}"
-     "{% endfor %}{{ ns.a == ns.b }}", "", "chat", "limit"),
+     "{% endfor %}{{ ns.a == ns.b }}", "", "chat", "limit:max_collection_size"),
     # -- renders poisoning each other ------------------------------------------------------------
-    ("cycler-reset-class", "{{ cycler.reset(cycler) }}", "", "chat", "error"),
+    ("cycler-reset-class", "{{ cycler.reset(cycler) }}", "", "chat", "error:UndefinedError"),
     ("cycler-reset-object", "{{ cycler.reset(messages[0]) }}",
-     "{'messages': [{'role': 'user'}]}", "chat", "error"),
+     "{'messages': [{'role': 'user'}]}", "chat", "error:UndefinedError"),
     ("cycler-next-print", "{{ cycler.next }}|{{ cycler('a').next }}|{{ cycler('a').current }}",
      "", "chat", "ok"),
-    ("cycler-property-fget", "{{ cycler.current.fget }}", "", "chat", "clean"),
+    ("cycler-property-fget", "{{ cycler.current.fget }}", "", "chat", "error:UndefinedError"),
     ("joiner-class-call", "{{ joiner.__call__ }}{{ joiner.__init__(joiner) }}", "", "chat",
-     "clean"),
+     "error:SecurityError"),
     ("namespace-class", "{{ namespace.__init__ }}{{ namespace._template_setattr }}", "",
-     "chat", "clean"),
+     "chat", "ok"),
     # -- caller data modified in the immutable sandbox -------------------------------------------
     ("dict-update-caller", "{{ dict.update(messages[0], {'role': 'x'}) }}",
-     "{'messages': [{'role': 'user'}]}", "immutable", "error"),
+     "{'messages': [{'role': 'user'}]}", "immutable", "error:UndefinedError"),
     ("dict-clear-caller", "{{ dict.clear(messages[0]) }}", "{'messages': [{'role': 'u'}]}",
-     "immutable", "error"),
+     "immutable", "error:UndefinedError"),
     ("dict-setdefault-caller", "{{ dict.setdefault(messages[0], 'x', 1) }}",
-     "{'messages': [{'role': 'u'}]}", "immutable", "error"),
+     "{'messages': [{'role': 'u'}]}", "immutable", "error:UndefinedError"),
     ("dict-pop-caller", "{{ dict.pop(messages[0], 'role') }}", "{'messages': [{'role': 'u'}]}",
-     "immutable", "error"),
+     "immutable", "error:UndefinedError"),
     # -- raw Python exceptions -------------------------------------------------------------------
-    ("int-literal-100000-digits", "{{ " + "7" * 100_000 + " }}", "", "chat", "error"),
-    ("float-literal-huge", "{{ " + "7" * 5000 + ".5e999999 }}", "", "chat", "clean"),
+    ("int-literal-100000-digits", "{{ " + "7" * 100_000 + " }}", "", "chat", "error:TemplateSyntaxError"),
+    ("float-literal-huge", "{{ " + "7" * 5000 + ".5e999999 }}", "", "chat", "ok"),
     # -- time: work priced below its cost ----------------------------------------------------------
     ("wordwrap-loop", BIG + "{% for i in range(1000) %}{{ s|wordwrap(79)|length }}{% endfor %}",
-     "", "chat", "limit"),
+     "", "chat", "limit:max_steps"),
     ("title-loop", BIG + "{% for i in range(1000) %}{{ s|title|length }}{% endfor %}", "",
-     "chat", "limit"),
+     "chat", "limit:max_steps"),
     ("striptags-loop", BIG + "{% for i in range(1000) %}{{ s|striptags|length }}{% endfor %}",
-     "", "chat", "limit"),
+     "", "chat", "limit:max_steps"),
     ("urlize-loop", BIG + "{% for i in range(1000) %}{{ s|urlize|length }}{% endfor %}", "",
-     "chat", "limit"),
+     "chat", "limit:max_steps"),
     ("format-filter-loop", BIG + "{% for i in range(1000) %}{{ '%s'|format(s)|length }}"
-     "{% endfor %}", "", "chat", "limit"),
+     "{% endfor %}", "", "chat", "limit:max_steps"),
     ("str-format-loop", BIG + "{% for i in range(1000) %}{{ '{}'.format(s)|length }}"
-     "{% endfor %}", "", "chat", "limit"),
+     "{% endfor %}", "", "chat", "limit:max_steps"),
     ("slices-loop", BIG + "{% for i in range(100000) %}{{ s[1:]|length }}{% endfor %}", "",
-     "chat", "limit"),
+     "chat", "limit:max_steps"),
     ("equal-big-loop", BIG + "{% set t = 'x' * 40000000 %}{% for i in range(100000) %}"
-     "{{ s == t }}{% endfor %}", "", "chat", "limit"),
+     "{{ s == t }}{% endfor %}", "", "chat", "limit:max_steps"),
     ("less-big-loop", BIG + "{% set t = 'x' * 40000000 %}{% for i in range(100000) %}"
-     "{{ s < t }}{% endfor %}", "", "chat", "limit"),
+     "{{ s < t }}{% endfor %}", "", "chat", "limit:max_steps"),
     ("is-eq-loop", BIG + "{% set t = 'x' * 40000000 %}{% for i in range(100000) %}"
-     "{{ s is eq(t) }}{% endfor %}", "", "chat", "limit"),
+     "{{ s is eq(t) }}{% endfor %}", "", "chat", "limit:max_steps"),
     ("is-in-loop", BIG + "{% for i in range(100000) %}{{ 'y' is in(s) }}{% endfor %}", "",
-     "chat", "limit"),
+     "chat", "limit:max_steps"),
     ("in-markup-loop", BIG + "{% set m = s|safe %}{% for i in range(100000) %}{{ 'y' in m }}"
-     "{% endfor %}", "", "chat", "limit"),
-    ("printf-precheck", "{{ ('%(' * 40000) % {} }}", "", "chat", "clean"),
-    ("format-precheck", "{{ ('%(' * 40000)|format(a=1) }}", "", "chat", "clean"),
+     "{% endfor %}", "", "chat", "limit:max_steps"),
+    ("printf-precheck", "{{ ('%(' * 40000) % {} }}", "", "chat", "error:TemplateValueError"),
+    ("format-precheck", "{{ ('%(' * 40000)|format(a=1) }}", "", "chat", "error:TemplateValueError"),
     ("urlize-crafted", "{{ ('(' * 200000 + 'a.com' + ')' * 200000)|urlize|length }}", "",
-     "chat", "clean"),
-    ("striptags-comments", "{{ ('<!--' * 500000)|striptags|length }}", "", "chat", "clean"),
+     "chat", "ok"),
+    ("striptags-comments", "{{ ('<!--' * 500000)|striptags|length }}", "", "chat", "ok"),
     ("striptags-adjacent-comments", "{{ ('<!---->' * 500000)|striptags|length }}", "", "chat",
-     "clean"),
-    ("encode-punycode", "{{ ('ü' * 60000).encode('punycode') }}", "", "chat", "error"),
-    ("encode-idna", "{{ ('ü' * 60000).encode('idna') }}", "", "chat", "error"),
+     "ok"),
+    ("encode-punycode", "{{ ('ü' * 60000).encode('punycode') }}", "", "chat", "error:SecurityError"),
+    ("encode-idna", "{{ ('ü' * 60000).encode('idna') }}", "", "chat", "error:SecurityError"),
     ("self-calling-macro", "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
-     "{% endmacro %}{{ f(60) }}", "", "chat", "limit"),
+     "{% endmacro %}{{ f(60) }}", "", "chat", "limit:max_steps"),
     # -- memory ------------------------------------------------------------------------------------
     ("split-cjk-six-times", CJK + "{% set ns = namespace(k=[]) %}{% for i in range(6) %}"
-     "{% set ns.k = ns.k + [s.split()] %}{% endfor %}", "", "chat", "limit"),
+     "{% set ns.k = ns.k + [s.split()] %}{% endfor %}", "", "chat", "limit:max_steps"),
     ("iterate-50mb", "{% set s = '語' * 50000000 %}{% for c in s %}{% endfor %}", "", "chat",
-     "limit"),
+     "limit:max_collection_size"),
     ("iterate-cjk", "{% set s = '語' * 9000000 %}{% for c in s %}{% endfor %}", "", "chat",
-     "limit"),
-    ("unpack-50mb", "{% set s = '語' * 50000000 %}{% set a, b = s %}", "", "chat", "error"),
-    ("spread-50mb", "{% set s = '語' * 50000000 %}{{ range(*s) }}", "", "chat", "limit"),
+     "limit:max_steps"),
+    ("unpack-50mb", "{% set s = '語' * 50000000 %}{% set a, b = s %}", "", "chat", "error:TemplateValueError"),
+    ("spread-50mb", "{% set s = '語' * 50000000 %}{{ range(*s) }}", "", "chat", "limit:max_collection_size"),
     ("list-filter-cjk", "{% set s = '語' * 40000000 %}{{ s|list|length }}", "", "chat",
-     "limit"),
+     "limit:max_steps"),
     ("repr-namespace", BIG + "{% set ns = namespace(a=[s] * 200) %}{{ ns }}", "", "chat",
-     "limit"),
-    ("repr-cycler", BIG + "{% set c = cycler(*([s] * 200)) %}{{ c }}", "", "chat", "limit"),
+     "limit:max_string_size"),
+    ("repr-cycler", BIG + "{% set c = cycler(*([s] * 200)) %}{{ c }}", "", "chat", "limit:max_string_size"),
     ("repr-dict-view", BIG + "{% set d = {'a': [s] * 200} %}{{ d.items() }}", "", "chat",
-     "limit"),
+     "limit:max_string_size"),
     ("repr-groupby", BIG + "{% set g = [{'k': 1, 'v': [s] * 200}]|groupby('k') %}{{ g[0] }}",
-     "", "chat", "limit"),
+     "", "chat", "limit:max_string_size"),
     ("string-of-namespace", BIG + "{% set ns = namespace(a=[s] * 200) %}{{ ns|string|length }}",
-     "", "chat", "limit"),
-    ("bytes-center", "{{ 'x'.encode().center(2000000000) }}", "", "chat", "error"),
-    ("bytes-ljust", "{{ 'x'.encode().ljust(2000000000)|length }}", "", "chat", "error"),
-    ("bytes-times", "{{ ('x'.encode() * 2000000000)|length }}", "", "chat", "error"),
-    ("int-to-bytes", "{{ (258).to_bytes(2, 'big').center(2000000000) }}", "", "chat", "error"),
+     "", "chat", "limit:max_string_size"),
+    ("bytes-center", "{{ 'x'.encode().center(2000000000) }}", "", "chat", "error:SecurityError"),
+    ("bytes-ljust", "{{ 'x'.encode().ljust(2000000000)|length }}", "", "chat", "error:SecurityError"),
+    ("bytes-times", "{{ ('x'.encode() * 2000000000)|length }}", "", "chat", "error:SecurityError"),
+    ("int-to-bytes", "{{ (258).to_bytes(2, 'big').center(2000000000) }}", "", "chat", "error:SecurityError"),
     ("translate-expansion", "{{ ('ab' * 10000000).translate({97: 'xyzxyz'})|length }}", "",
-     "chat", "limit"),
+     "chat", "limit:max_string_size"),
     ("from-bytes-huge", "{{ (0).from_bytes(range(100000)|list, 'big') }}", "", "chat",
-     "limit"),
-    ("odd-printf", "{{ '%2000000000d' is odd }}", "", "chat", "clean"),
-    ("even-printf", "{{ '%2000000000d' is even }}", "", "chat", "clean"),
-    ("divisibleby-printf", "{{ '%2000000000d' is divisibleby(3) }}", "", "chat", "clean"),
+     "limit:max_int_digits"),
+    ("odd-printf", "{{ '%2000000000d' is odd }}", "", "chat", "limit:max_string_size"),
+    ("even-printf", "{{ '%2000000000d' is even }}", "", "chat", "limit:max_string_size"),
+    ("divisibleby-printf", "{{ '%2000000000d' is divisibleby(3) }}", "", "chat", "limit:max_string_size"),
     # -- spans -------------------------------------------------------------------------------------
     ("many-generation-blocks", "{% for i in range(40000) %}a{% generation %}b{% endgeneration %}"
      "{% endfor %}", "", "spans", "ok"),
@@ -189,9 +194,11 @@ request = json.loads(sys.stdin.read())
 import minijinja_py as mj
 """ + CHILD_SETUP + r"""
 kind = request["env"]
-env = {"chat": lambda: mj.chat_environment(), "spans": lambda: mj.chat_environment(),
-       "immutable": lambda: mj.Environment(immutable=True),
-       "mutable": lambda: mj.Environment(immutable=False)}[kind]()
+limits = mj.Limits(**request["limits"])
+env = {"chat": lambda: mj.chat_environment(limits=limits),
+       "spans": lambda: mj.chat_environment(limits=limits),
+       "immutable": lambda: mj.Environment(immutable=True, limits=limits),
+       "mutable": lambda: mj.Environment(immutable=False, limits=limits)}[kind]()
 data = eval(request["data"]) if request["data"] else {}
 before = json.dumps(data, sort_keys=True, default=repr)
 result = {}
@@ -210,7 +217,8 @@ try:
               "address": bool(re.search(r"0x[0-9a-fA-F]{6,}", text))}
 except mj.TemplateError as exc:
     result = {"kind": "error", "class": type(exc).__name__,
-              "limit": isinstance(exc, mj.LimitExceededError), "message": str(exc)[:500]}
+              "limit": isinstance(exc, mj.LimitExceededError), "message": str(exc)[:500],
+              "fields": re.findall(r"Limits[.](\w+)", str(exc))}
 except BaseException as exc:
     result = {"kind": "escaped", "class": type(exc).__name__, "message": str(exc)[:500]}
 result["elapsed"] = time.perf_counter() - start
@@ -226,9 +234,10 @@ sys.stdout.write(json.dumps(result))
 """
 
 
-def run_attack(source: str, data: str, env: str) -> Dict[str, Any]:
+def run_attack(source: str, data: str, env: str,
+               limits: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     request = json.dumps({"source": source, "data": data, "env": env, "victim": VICTIM,
-                          "victim_data": VICTIM_DATA})
+                          "victim_data": VICTIM_DATA, "limits": limits or {}})
     started = time.perf_counter()
     try:
         completed = subprocess.run(
@@ -249,17 +258,22 @@ def run_attack(source: str, data: str, env: str) -> Dict[str, Any]:
 def test_attack_is_stopped_cleanly_and_the_process_stays_healthy(source: str, data: str,
                                                                  env: str,
                                                                  expected: str) -> None:
-    result = run_attack(source, data, env)
+    kind, _, detail = expected.partition(":")
+    # the deadline (a wall clock) out of the way of an attack another limit must stop: that
+    # limit then decides the outcome, however loaded the machine (the deadline bounds time)
+    limits = {"max_seconds": None} if kind == "limit" and detail != "max_seconds" else None
+    result = run_attack(source, data, env, limits)
     described = json.dumps(result)[:1500]
     assert result["kind"] != "escaped", described
     # the engine's own limits must stop it, not the child's memory cap (a MemoryError)
     assert "out of memory" not in result.get("message", ""), described
-    if expected == "limit":
+    if kind == "limit":
         assert result["kind"] == "error" and result["limit"], described
-    elif expected == "error":
-        assert result["kind"] == "error", described
-    elif expected == "ok":
-        assert result["kind"] == "ok", described
+        assert result["fields"][:1] == [detail], described
+    elif kind == "error":
+        assert result["kind"] == "error" and result["class"] == detail, described
+    else:
+        assert expected == "ok" and result["kind"] == "ok", described
     if result["kind"] == "ok":
         assert not result["address"], described
     assert result["cpu_seconds"] < mj.Limits().max_seconds + MARGIN, described
@@ -269,6 +283,11 @@ def test_attack_is_stopped_cleanly_and_the_process_stays_healthy(source: str, da
 
 def test_every_attack_kind_is_listed() -> None:
     assert len({a[0] for a in ATTACKS}) == len(ATTACKS)
+    fields = set(mj.Limits.FIELDS)
+    for name, _, _, _, expected in ATTACKS:
+        kind, _, detail = expected.partition(":")
+        assert (kind == "limit" and detail in fields) or (kind == "error" and detail) or \
+            expected == "ok", name
 
 
 # -- in this process: attackers first, then the victim ------------------------------------------

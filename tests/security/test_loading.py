@@ -219,6 +219,18 @@ def test_a_linked_template_directory_leading_outside_is_refused(folder: Path,
     assert_refused(info.value, folder / "additional_chat_templates", "outside the model folder")
 
 
+def test_a_sibling_whose_name_begins_with_the_folders_is_outside(folder: Path) -> None:
+    # model-old/ is beside model/, not in it, though its path begins with model's
+    sibling = folder.parent / (folder.name + "-old")
+    sibling.mkdir()
+    (sibling / "chat_template.jinja").write_text(SECRET)
+    (folder / "chat_template.jinja").unlink()
+    os.symlink(sibling / "chat_template.jinja", folder / "chat_template.jinja")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(folder)
+    assert_refused(info.value, folder / "chat_template.jinja", "leads outside the model folder")
+
+
 def test_symlinks_inside_the_folder_are_fine(folder: Path) -> None:
     os.symlink("../chat_template.jinja", extra(folder, "alias.jinja"))
     (folder / "real_config.json").write_text(json.dumps({"bos_token": "<s>"}))
@@ -249,6 +261,20 @@ def test_a_hugging_face_cache_snapshot_reads_its_blobs(tmp_path: Path) -> None:
     # ... but nothing else outside the snapshot
     (tmp_path / "hub" / "secret.txt").write_text(SECRET)
     os.symlink("../../../secret.txt", snapshot / "chat_template.jinja")
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(snapshot)
+    assert_refused(info.value, snapshot / "chat_template.jinja", "outside the model folder")
+
+
+def test_only_a_hub_repositorys_blobs_count_as_inside_its_snapshots(tmp_path: Path) -> None:
+    # the same layout in a folder that is not a hub cache repository (no models--org--name):
+    # its blobs are outside the snapshot like anything else
+    repo = tmp_path / "project"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "aaa").write_text(SECRET)
+    os.symlink("../../blobs/aaa", snapshot / "chat_template.jinja")
     with pytest.raises(ChatConfigError) as info:
         load_chat_config(snapshot)
     assert_refused(info.value, snapshot / "chat_template.jinja", "outside the model folder")
@@ -915,3 +941,90 @@ def test_cli_encode_refuses_a_folder_over_a_cap(tmp_path: Path) -> None:
     assert_one_line_error(result.returncode, result.stdout, result.stderr,
                           str(folder / "tokenizer.json"), "2,097,153 vocabulary entries",
                           "MAX_VOCABULARY_SIZE")
+
+
+# ---- the documented caps ------------------------------------------------------------------------
+#: What docs/security.md documents (copied here, not read from the modules): a default
+#: changed by mistake fails here; one changed on purpose changes the documentation too.
+DOCUMENTED_CAPS = {
+    ("minijinja_py.chat.config", "MAX_CONFIG_BYTES"): 16 * 2 ** 20,
+    ("minijinja_py.chat.config", "MAX_FOLDER_BYTES"): 64 * 2 ** 20,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_VOCABULARY_SIZE"): 2_097_152,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_MERGES"): 2_097_152,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_ADDED_TOKENS"): 262_144,
+    ("minijinja_py.chat.tokenizer_caps", "MAX_OTHER_JSON_VALUES"): 100_000,
+}
+
+
+def test_the_documented_caps() -> None:
+    import importlib
+
+    assert {key: getattr(importlib.import_module(key[0]), key[1]) for key in DOCUMENTED_CAPS} \
+        == DOCUMENTED_CAPS
+
+
+def test_the_tokenizer_json_nesting_cap_is_serde_jsons() -> None:
+    """128 levels of arrays or objects are read (as serde_json reads them), 129 refused."""
+    from minijinja_py.chat import tokenizer_caps
+
+    for depth, refused in ((127, False), (128, False), (129, True)):
+        data = b'{"normalizer": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+        if refused:
+            with pytest.raises(ChatConfigError, match="nested too deeply"):
+                tokenizer_caps.check_tokenizer_json(data, Path("t.json"))
+        else:
+            tokenizer_caps.check_tokenizer_json(data, Path("t.json"))
+
+
+def test_the_other_values_cap_at_its_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    from minijinja_py.chat import tokenizer_caps
+
+    def document(values: int) -> bytes:  # the document itself, its list, and `values` ints
+        return b'{"normalizer": [' + b", ".join([b"1"] * values) + b"]}"
+
+    monkeypatch.setattr(tokenizer_caps, "MAX_OTHER_JSON_VALUES", 50)
+    tokenizer_caps.check_tokenizer_json(document(48), Path("t.json"))
+    with pytest.raises(ChatConfigError, match="refused: more than 50 JSON values"):
+        tokenizer_caps.check_tokenizer_json(document(49), Path("t.json"))
+
+
+@pytest.mark.parametrize("key", ["added_tokens_decoder", "additional_special_tokens"])
+def test_config_token_lists_at_the_cap_are_read(monkeypatch: pytest.MonkeyPatch,
+                                                key: str) -> None:
+    from minijinja_py.chat import tokenizer_caps
+
+    monkeypatch.setattr(tokenizer_caps, "MAX_ADDED_TOKENS", 10)
+    entries: Any = ({str(i): {"content": f"<t{i}>"} for i in range(10)}
+                    if key == "added_tokens_decoder" else [f"<t{i}>" for i in range(10)])
+    tokenizer_caps.check_tokenizer_config({key: entries}, Path("c.json"))
+    extra: Any = ({**entries, "10": {"content": "<t10>"}} if isinstance(entries, dict)
+                  else entries + ["<t10>"])
+    with pytest.raises(ChatConfigError, match=f"refused: 11 .* \\({key}\\), more than the 10"):
+        tokenizer_caps.check_tokenizer_config({key: extra}, Path("c.json"))
+
+
+def test_the_files_of_one_folder_add_up_to_at_most_the_folder_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads from one model folder add up to at most MAX_FOLDER_BYTES (here lowered to
+    1,000): the config and the templates together, exactly up to the cap."""
+    from minijinja_py.chat import config
+
+    monkeypatch.setattr(config, "MAX_FOLDER_BYTES", 1000)
+    settings = b'{"eos_token": "' + b"e" * 400 + b'"}'  # 417 bytes
+    (tmp_path / "tokenizer_config.json").write_bytes(settings)
+    main = tmp_path / "chat_template.jinja"
+    main.write_text("m" * (1000 - len(settings)))
+    (tmp_path / "additional_chat_templates").mkdir()
+    assert load_chat_config(tmp_path).templates == {"default": "m" * 583}  # 1,000 bytes
+    extra_template = tmp_path / "additional_chat_templates" / "a.jinja"
+    extra_template.write_text("a")  # one byte more
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(tmp_path)
+    assert str(info.value) == (f"{extra_template}: refused: the files read from the model "
+                               f"folder {tmp_path} add up to more than 1,000 bytes")
+    extra_template.unlink()
+    main.write_text("m" * 584)
+    with pytest.raises(ChatConfigError) as info:
+        load_chat_config(tmp_path)
+    assert str(info.value) == (f"{main}: refused: the files read from the model folder "
+                               f"{tmp_path} add up to more than 1,000 bytes")

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ...exceptions import TemplateError
 from ..config import ChatConfig, load_chat_config, select_template
-from ..pipeline import ChatTemplate, ChatTemplateValueError
+from ..pipeline import ChatTemplate, ChatTemplateValueError, names_a_path
 
 __all__ = ["ChatBatchProcessor", "MalformedRowError", "describe_error", "error_details",
            "ERROR_COLUMN", "TEXT_COLUMN", "TOKEN_COLUMNS", "MASK_COLUMN"]
@@ -86,7 +86,8 @@ class ChatBatchProcessor:
     """Render (or encode) the conversation of every row of a column batch.
 
     ``template`` is a model folder, a ``tokenizer_config.json``, a ``.jinja`` or ``.gguf`` file
-    (a path), a template source (a string with ``{{``, ``{%``, ``{#`` or a newline), a parsed
+    (a path), a template source (a string with a line break, or with ``{{``, ``{%`` or ``{#``
+    and not ending in ``.jinja``, ``.json`` or ``.gguf``: ``apply_chat_template``'s rule), a parsed
     tokenizer config (a dict) or a :class:`~minijinja_py.ChatTemplate` (its source, name and
     special tokens are kept). With several named templates, ``name`` picks one; otherwise each
     row gets ``tool_use`` when it has tools and the config has it, else ``default``, as in
@@ -372,10 +373,8 @@ def _template_spec(template: Any) -> Tuple[Any, ...]:
         return ("source", template.source, template.name, dict(template.special_tokens))
     if isinstance(template, os.PathLike):
         return ("path", os.fspath(template))
-    if isinstance(template, str):
-        if "{{" in template or "{%" in template or "{#" in template or "\n" in template:
-            return ("source", template, None, {})
-        return ("path", template)
+    if isinstance(template, str):  # the rule of apply_chat_template
+        return ("path", template) if names_a_path(template) else ("source", template, None, {})
     if isinstance(template, abc.Mapping):
         return ("config", dict(template))
     raise TypeError("template must be a path, a template source, a tokenizer config dict or a "
