@@ -28,7 +28,12 @@ from functools import partial
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:  # pragma: no cover
     from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple,
-                        Union)
+                        TypeVar, Union)
+
+    from . import fastpath_specs as kinds  # at run time, records (see _Kinds)
+    from .fastpath_specs import Spec
+
+    ClosureT = TypeVar("ClosureT", bound=Callable[..., Any])
 
 from . import nodes as n
 from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateError,
@@ -44,11 +49,6 @@ from .limits import (check_comparable, check_stored_tuples, check_string_size,
                      check_tuple_depth, materialise)
 from .methods import METHODS, MUTATORS
 from .symbols import analyse_frame
-from .fastpath_specs import (Add, And, Arguments, Body, Break, Call, Concat, Cond, Const, Contains,
-                             Continue, Define, DictGet, DirectAttribute, EqStr, Filter, If, Index,
-                             IntCompare, IntOp, Local, Lookup, Name, Not, Or, Print, PrintParts,
-                             Set, SetNamespace, StrMethod, Subscript, SumPrint, Test, Text,
-                             Truth, attach, spec_of)
 from .sandbox import DIRECT_ATTRIBUTES, dict_item_only
 from .runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined, LoopContext,
                       Macro, Namespace, StrictUndefined, Undefined, to_text as _to_text,
@@ -65,6 +65,71 @@ HOT_CALLS = 16
 #: as in a fresh process, never earns back; rendered again, a template generates what is
 #: hot from its second render on, the runs of the first counted.
 FIRST_RENDER_FACTOR = 10
+
+
+# ---- fast-path specs: described while compiling, built when codegen first reads them -------
+# A closure whose fast path generated code writes out inline carries a spec: one class of
+# fastpath_specs.py per kind, the typed contract codegen reads. A cold start compiles its
+# template but generates no code (that waits for HOT_CALLS runs), and defining those classes
+# costs about 0.6 ms of a 20 ms cold start; so the compiler writes ``kinds.Print(items, node)``
+# and at run time ``kinds`` only records the kind and its fields (a _Described), which
+# fastpath_specs.spec_of builds into the instance when codegen first reads it. For static
+# analysis ``kinds`` is the module itself: every construction is checked against its class.
+class _Described:
+    """A spec as the compiler wrote it, the kind's name and its fields; built once, on the
+    first read (two closures sharing a description share the spec)."""
+
+    __slots__ = ("kind", "fields", "built")
+
+    def __init__(self, kind: str, *fields: Any) -> None:
+        self.kind = kind
+        self.fields = fields
+        self.built: Optional[Spec] = None
+
+    def build(self) -> Spec:
+        """The spec itself (for fastpath_specs.spec_of), fields described in turn built."""
+        built = self.built
+        if built is None:
+            from . import fastpath_specs
+
+            fields = [part.build() if type(part) is _Described else part
+                      for part in self.fields]
+            built = self.built = getattr(fastpath_specs, self.kind)(*fields)
+        return built
+
+
+class _Kinds:
+    """``kinds`` at run time: ``kinds.Print(items, node)`` describes a Print spec."""
+
+    def __getattr__(self, kind: str) -> Callable[..., _Described]:
+        describe = partial(_Described, kind)
+        setattr(self, kind, describe)  # asked once per kind
+        return describe
+
+
+if not TYPE_CHECKING:
+    kinds = _Kinds()
+
+
+def attach(closure: ClosureT, spec: Optional[Spec]) -> ClosureT:
+    """Give ``closure`` its fast path ``spec`` (None: none) and return it."""
+    closure.spec = spec  # type: ignore[attr-defined]  # the one place a spec is stored
+    return closure
+
+
+def _spec_described(closure: Any) -> Any:
+    """The spec described for ``closure``, not built (None: it has none)."""
+    return getattr(closure, "spec", None)
+
+
+def _static_arguments(args: Any) -> Tuple[Optional[List[Expr]], Optional[list]]:
+    """The positional and keyword argument closures of a call without ``*``/``**`` (its
+    Arguments spec, read while compiling), or (None, None)."""
+    described = getattr(args, "spec", None)
+    if described is None or described.kind != "Arguments":
+        return None, None
+    positional, keywords = described.fields
+    return positional, keywords
 
 
 def _hot_enough(runs: float, hot_after: float, renders: List[Any]) -> bool:
@@ -381,7 +446,7 @@ class Compiler:
         again and again, a macro called for every tool, runs as one function; a cold start
         does not pay for ``compile()``. ``state``: the list to keep its runs and generated
         function in (the template's own body's is ``self.renders``)."""
-        if not self.generates_code or spec_of(body) is None:
+        if not self.generates_code or _spec_described(body) is None:
             return body
         hot_after = HOT_CALLS
         if state is None:
@@ -399,7 +464,7 @@ class Compiler:
                 return generated(scope, out)
             return body(scope, out)
 
-        attach(run_hot, spec_of(body))  # still inlined where nested
+        attach(run_hot, _spec_described(body))  # still inlined where nested
         run_hot.hot_state = state  # type: ignore[attr-defined]  # a macro calls state[1] itself
         return run_hot
 
@@ -449,7 +514,7 @@ class Compiler:
             def nothing(scope: Scope, out: list) -> None:
                 return None
 
-            attach(nothing, Body([]))
+            attach(nothing, kinds.Body([]))
             return nothing
         if len(compiled) == 1:
             return compiled[0]
@@ -485,7 +550,7 @@ class Compiler:
                 ctx = scope.ctx
                 ctx.output_size += size
 
-            attach(output_text, Text(text))
+            attach(output_text, kinds.Text(text))
             return output_text
 
         if len(items) == 1 and hasattr(items[0][1][0], "output"):
@@ -509,7 +574,7 @@ class Compiler:
                     raise _locate(ctx.limits.exceeded(
                         "max_output_size", "rendered output too large"), expression_node)
 
-            attach(output_one, Print(items, expression_node))
+            attach(output_one, kinds.Print(items, expression_node))
             return output_one
 
         def output(scope: Scope, out: list) -> None:
@@ -533,7 +598,7 @@ class Compiler:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
-        attach(output, Print(items, node))
+        attach(output, kinds.Print(items, node))
         return output
 
     def output_in_parts(self, items: List[Tuple[bool, Any]], node: n.Node) -> Stmt:
@@ -558,7 +623,7 @@ class Compiler:
                     "max_output_size", "rendered output too large"), node)
 
         output = _sequence(parts + [check_output_size])
-        attach(output, PrintParts(parts, node))
+        attach(output, kinds.PrintParts(parts, node))
         return output
 
     def printed_constant(self, node: n.Node) -> Optional[str]:
@@ -711,7 +776,7 @@ class Compiler:
                 return else_(scope, out)
             return None
 
-        attach(if_stmt, If(branches, else_, node))
+        attach(if_stmt, kinds.If(branches, else_, node))
         return if_stmt
 
     def truth(self, node: n.Node) -> Expr:
@@ -730,7 +795,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
-        attach(test, Truth(value, node))
+        attach(test, kinds.Truth(value, node))
         return test
 
     def s_for(self, node: n.Node) -> Stmt:
@@ -1121,12 +1186,12 @@ class Compiler:
             assign(scope, value(scope))
 
         if isinstance(node.target, n.NameTarget):  # see codegen.py
-            attach(assign_stmt, Set(node.target.name, value, node))
+            attach(assign_stmt, kinds.Set(node.target.name, value, node))
         elif isinstance(node.target, n.NSRef) and node.target.attr[:1] != "_":
             # `set ns.flag = ...`: generated code stores into one of the engine's namespaces
             # itself (what assign_nsref does for them; anything else is assign_nsref's)
-            attach(assign_stmt, SetNamespace(node.target.name, node.target.attr, value, assign,
-                                             Scope.lookup, node))
+            attach(assign_stmt, kinds.SetNamespace(node.target.name, node.target.attr, value,
+                                                   assign, Scope.lookup, node))
 
         # see codegen.py: `set ns.x` changes a namespace, not a variable of this scope
         assign_stmt.rebinds = _bound_names(node.target)  # type: ignore[attr-defined]
@@ -1216,7 +1281,7 @@ class Compiler:
             scope.vars[name] = make(scope)
 
         define_macro.rebinds = frozenset((name,))  # type: ignore[attr-defined]
-        attach(define_macro, Define(name, signature, invoke, node))
+        attach(define_macro, kinds.Define(name, signature, invoke, node))
         return define_macro
 
     def macro_parts(self, name: str, params: list, body_nodes: list, defined_at: n.Node,
@@ -1489,7 +1554,7 @@ class Compiler:
         def break_(scope: Scope, out: list) -> str:
             return BREAK
 
-        attach(break_, Break())
+        attach(break_, kinds.Break())
         return break_
 
     def s_continue(self, node: n.Node) -> Stmt:
@@ -1499,7 +1564,7 @@ class Compiler:
         def continue_(scope: Scope, out: list) -> str:
             return CONTINUE
 
-        attach(continue_, Continue())
+        attach(continue_, kinds.Continue())
         return continue_
 
     def s_generation(self, node: n.Node) -> Stmt:
@@ -1545,7 +1610,7 @@ class Compiler:
         def const(scope: Scope) -> Any:
             return value
 
-        attach(const, Const(value))
+        attach(const, kinds.Const(value))
         return const
 
     def e_name(self, node: n.Node) -> Expr:
@@ -1554,7 +1619,7 @@ class Compiler:
             def load_local(scope: Scope) -> Any:
                 return scope.vars[name]
 
-            attach(load_local, Local(name))
+            attach(load_local, kinds.Local(name))
             return load_local
 
         def load(scope: Scope) -> Any:
@@ -1573,7 +1638,7 @@ class Compiler:
             above = parent.parent if parent is not None else None
             return above.lookup(name) if above is not None else MISSING
 
-        attach(load, Name(name, beyond))
+        attach(load, kinds.Name(name, beyond))
         return load
 
     def e_tuple(self, node: n.Node) -> Expr:
@@ -1680,7 +1745,7 @@ class Compiler:
                     return value
             return slow(obj, scope)
 
-        attach(get_attribute_of, Lookup(obj_of, name, slow, _reads_namespaces(name)))
+        attach(get_attribute_of, kinds.Lookup(obj_of, name, slow, _reads_namespaces(name)))
         return get_attribute_of
 
     # The closures below repeat the scope walk of e_name and the dict fast path of
@@ -1708,8 +1773,8 @@ class Compiler:
                         return value
                 return slow(obj, scope)
 
-            attach(get_attribute_of_local, Lookup(_local_loader(variable), name, slow,
-                                                  _reads_namespaces(name)))
+            attach(get_attribute_of_local, kinds.Lookup(_local_loader(variable), name, slow,
+                                                        _reads_namespaces(name)))
             return get_attribute_of_local
 
         def get_attribute_of_name(scope: Scope) -> Any:
@@ -1728,8 +1793,8 @@ class Compiler:
             return slow(obj, scope)
 
         slow = _slow_getattr(sandbox, name, node)
-        attach(get_attribute_of_name, Lookup(self.e_name(node.node), name, slow,
-                                            _reads_namespaces(name)))
+        attach(get_attribute_of_name, kinds.Lookup(self.e_name(node.node), name, slow,
+                                                  _reads_namespaces(name)))
         return get_attribute_of_name
 
     def direct_attribute_of_local(self, node: n.Node, direct_type: type) -> Expr:
@@ -1756,8 +1821,8 @@ class Compiler:
                 return read(obj)
             return other_object(obj, scope)
 
-        attach(get_direct_attribute, DirectAttribute(_local_loader(variable), name, direct_type,
-                                                     other_object))
+        attach(get_direct_attribute, kinds.DirectAttribute(_local_loader(variable), name,
+                                                           direct_type, other_object))
         return get_direct_attribute
 
     def getitem_of_name(self, node: n.Node) -> Expr:
@@ -1785,13 +1850,13 @@ class Compiler:
                     raise _locate(exc, node) from exc
 
             if type(key) is str:
-                attach(get_item_of_local, Lookup(_local_loader(variable), key,
-                                                 _slow_lookup(sandbox.getitem, key, node),
-                                                 False))
+                attach(get_item_of_local, kinds.Lookup(_local_loader(variable), key,
+                                                       _slow_lookup(sandbox.getitem, key, node),
+                                                       False))
             elif _small_int(key):
-                attach(get_item_of_local, Index(_local_loader(variable), key,
-                                                _slow_lookup(sandbox.getitem, key, node),
-                                                _step_charger(node)))
+                attach(get_item_of_local, kinds.Index(_local_loader(variable), key,
+                                                      _slow_lookup(sandbox.getitem, key, node),
+                                                      _step_charger(node)))
             return get_item_of_local
 
         def get_item_of_name(scope: Scope) -> Any:
@@ -1818,12 +1883,12 @@ class Compiler:
                 raise _locate(exc, node) from exc
 
         if type(key) is str:  # (a list never holds a str key: the slow path's charge holds)
-            attach(get_item_of_name, Lookup(self.e_name(node.node), key,
-                                            _slow_lookup(sandbox.getitem, key, node), False))
+            attach(get_item_of_name, kinds.Lookup(self.e_name(node.node), key,
+                                                  _slow_lookup(sandbox.getitem, key, node), False))
         elif _small_int(key):  # `messages[-1]`
-            attach(get_item_of_name, Index(self.e_name(node.node), key,
-                                           _slow_lookup(sandbox.getitem, key, node),
-                                           _step_charger(node)))
+            attach(get_item_of_name, kinds.Index(self.e_name(node.node), key,
+                                                 _slow_lookup(sandbox.getitem, key, node),
+                                                 _step_charger(node)))
         return get_item_of_name
 
     def e_getitem(self, node: n.Node) -> Expr:
@@ -1873,13 +1938,12 @@ class Compiler:
                     raise _locate(exc, node) from exc
 
             if type(constant) is str:
-                attach(get_constant_item, Lookup(obj_of, constant,
-                                                 _slow_lookup(sandbox.getitem, constant, node),
-                                                 False))
+                slow = _slow_lookup(sandbox.getitem, constant, node)
+                attach(get_constant_item, kinds.Lookup(obj_of, constant, slow, False))
             elif _small_int(constant):
-                attach(get_constant_item, Index(obj_of, constant,
-                                                _slow_lookup(sandbox.getitem, constant, node),
-                                                _step_charger(node)))
+                slow = _slow_lookup(sandbox.getitem, constant, node)
+                attach(get_constant_item, kinds.Index(obj_of, constant, slow,
+                                                      _step_charger(node)))
             return get_constant_item
         key_of = self.expr(node.arg)
 
@@ -1910,7 +1974,7 @@ class Compiler:
             except Exception as exc:
                 raise _locate(exc, node) from exc
 
-        attach(get_item, Subscript(obj_of, key_of, item_of))
+        attach(get_item, kinds.Subscript(obj_of, key_of, item_of))
         return get_item
 
     def arguments(self, node: n.Node) -> Tuple[Callable[[Scope], Tuple[list, dict]], bool]:
@@ -1944,7 +2008,7 @@ class Compiler:
             return positional, keywords
 
         if not dynamic:  # see codegen.py: the arguments written out in the call
-            attach(evaluate, Arguments(args, kwargs))
+            attach(evaluate, kinds.Arguments(args, kwargs))
         return evaluate, dynamic
 
     def e_call(self, node: n.Node) -> Expr:
@@ -1965,8 +2029,8 @@ class Compiler:
             positional, keywords = args(scope)
             return invoke(function, positional, keywords)
 
-        if spec_of(args) is not None:  # see codegen.py
-            attach(call, Call(callee, spec_of(args), invoke))
+        if _spec_described(args) is not None:  # see codegen.py
+            attach(call, kinds.Call(callee, _spec_described(args), invoke))
         return call
 
     def method_call(self, node: n.Node, args: Callable[[Scope], Tuple[list, dict]]) -> Expr:
@@ -2025,14 +2089,14 @@ class Compiler:
             positional, keywords = args(scope)
             return call_on(scope, owner, positional, keywords)
 
-        spec = spec_of(args)
-        if name == "get" and dict in direct and isinstance(spec, Arguments) and \
-                not spec.keywords and 1 <= len(spec.positional) <= 2:
+        positional, keywords = _static_arguments(args)
+        if name == "get" and dict in direct and positional is not None and \
+                not keywords and 1 <= len(positional) <= 2:
             # `message.get('content')`, a few times per message in many templates: an exact
             # dict's own get(), charged what the general path charges (the result's size:
             # get() has no weight); any other owner takes the general path
-            key_of = spec.positional[0]
-            default_of = spec.positional[1] if len(spec.positional) == 2 else None
+            key_of = positional[0]
+            default_of = positional[1] if len(positional) == 2 else None
 
             def dict_get(scope: Scope, owner: Any, key: Any, default: Any) -> Any:
                 """``owner.get(key[, default])``, its operands evaluated (also codegen's)."""
@@ -2054,18 +2118,18 @@ class Compiler:
                 default = default_of(scope) if default_of is not None else None
                 return dict_get(scope, owner, key, default)
 
-            attach(method_call, DictGet(owner_of, key_of, default_of, dict_get,
-                                        _step_charger(node)))
-        elif name in _INLINE_STR_METHODS and str in direct and isinstance(spec, Arguments) and \
-                not spec.keywords and len(spec.positional) <= 2:
+            attach(method_call, kinds.DictGet(owner_of, key_of, default_of, dict_get,
+                                              _step_charger(node)))
+        elif name in _INLINE_STR_METHODS and str in direct and positional is not None and \
+                not keywords and len(positional) <= 2:
             # `content.strip()`, `role.startswith('<')`, `text.rfind(marker)`: on an exact
             # str with str arguments (then it cannot fail), generated code calls the str
             # method itself and charges what call_on charges; anything else goes to call_on
             def on_other(scope: Scope, owner: Any, *arguments: Any) -> Any:
                 return call_on(scope, owner, list(arguments), {})
 
-            attach(method_call, StrMethod(owner_of, name, tuple(spec.positional), weight, on_other,
-                                          _step_charger(node)))
+            attach(method_call, kinds.StrMethod(owner_of, name, tuple(positional), weight,
+                                                on_other, _step_charger(node)))
         return method_call
 
     def resolve(self, kind: str, name: str, node: n.Node) -> Optional[Callable[..., Any]]:
@@ -2153,11 +2217,11 @@ class Compiler:
         other filter or arguments."""
         from .filters import do_default
 
-        spec = spec_of(args)
-        if function is not do_default or not isinstance(spec, Arguments) or \
-                len(spec.positional) != 1 or spec.keywords:
+        positional, keywords = _static_arguments(args)
+        if function is not do_default or positional is None or \
+                len(positional) != 1 or keywords:
             return None
-        fallback = spec.positional[0]
+        fallback = positional[0]
 
         def apply_default(scope: Scope, value: Any) -> Any:
             chosen = fallback(scope)
@@ -2178,7 +2242,7 @@ class Compiler:
         def filtered(scope: Scope) -> Any:
             return apply(scope, operand(scope))
 
-        attach(filtered, Filter(operand, apply, self.inline_filter(node)))
+        attach(filtered, kinds.Filter(operand, apply, self.inline_filter(node)))
         return filtered
 
     def inline_filter(self, node: n.Node) -> Optional[tuple]:
@@ -2229,7 +2293,7 @@ class Compiler:
                 return (not result) if negated else bool(result)
 
             if not scans:  # see codegen.py: TYPE_TESTS are called inline
-                attach(test_without_arguments, Test(operand, function, negated))
+                attach(test_without_arguments, kinds.Test(operand, function, negated))
             return test_without_arguments
 
         def test(scope: Scope) -> bool:
@@ -2265,7 +2329,7 @@ class Compiler:
             def choose(scope: Scope) -> Any:
                 return expr1(scope) if test(scope) else expr2(scope)
 
-            attach(choose, Cond(test, node.test, expr1, expr2))
+            attach(choose, kinds.Cond(test, node.test, expr1, expr2))
             return choose
         hint = (f"the inline if-expression on line {node.lineno} evaluated to false and no else"
                 " section was defined.")
@@ -2277,7 +2341,7 @@ class Compiler:
         def choose_or_undefined(scope: Scope) -> Any:
             return expr1(scope) if test(scope) else otherwise(scope)
 
-        attach(choose_or_undefined, Cond(test, node.test, expr1, otherwise))
+        attach(choose_or_undefined, kinds.Cond(test, node.test, expr1, otherwise))
         return choose_or_undefined
 
     def e_binop(self, node: n.Node) -> Expr:
@@ -2300,7 +2364,7 @@ class Compiler:
             return apply(left(scope), right(scope), scope)
 
         if op in _INT_FAST_OPS:  # see codegen.py: int operands computed inline
-            attach(binop, IntOp(left, right, op, apply))
+            attach(binop, kinds.IntOp(left, right, op, apply))
         return binop
 
     def local_lookup(self, node: n.Node) -> Tuple[Optional[str], Any]:
@@ -2373,9 +2437,9 @@ class Compiler:
             one of them is not a str)."""
             return add_slowly(values[0], 0, scope, values[1:])
 
-        attach(add, Add([(first_constant, first)] + [
-            (constant, operand) for constant, operand, _, _, _ in steps],
-            add_evaluated, _step_charger(node)))  # charges what add_slowly charges
+        attach(add, kinds.Add([(first_constant, first)] + [
+                  (constant, operand) for constant, operand, _, _, _ in steps],
+                  add_evaluated, _step_charger(node)))  # charges what add_slowly charges
 
         # The operands for printing: runs of constant strings merged (valid while everything
         # before them is a str, which is the only time they are used), local lookups marked.
@@ -2463,7 +2527,7 @@ class Compiler:
                 raise _locate(ctx.limits.exceeded(
                     "max_output_size", "rendered output too large"), node)
 
-        attach(output_sum, SumPrint(parts, finish_sum, sum_too_big))
+        attach(output_sum, kinds.SumPrint(parts, finish_sum, sum_too_big))
         add.output = output_sum  # type: ignore[attr-defined]  # used by {{ a + b }}
         return add
 
@@ -2541,7 +2605,7 @@ class Compiler:
 
             return markup_concat
 
-        attach(concat, Concat(parts, text_of, charge_joined, _step_charger(node)))
+        attach(concat, kinds.Concat(parts, text_of, charge_joined, _step_charger(node)))
         return concat
 
     def e_compare(self, node: n.Node) -> Expr:
@@ -2569,7 +2633,7 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, node) from exc
 
-                attach(local_equals_string, EqStr(first, constant, negate))
+                attach(local_equals_string, kinds.EqStr(first, constant, negate))
                 return local_equals_string
             if op == "==" and constant is not MISSING and type(constant) is str:
                 def equals_string(scope: Scope) -> Any:
@@ -2581,7 +2645,7 @@ class Compiler:
                     except Exception as exc:
                         raise _locate(exc, node) from exc
 
-                attach(equals_string, EqStr(first, constant, False))
+                attach(equals_string, kinds.EqStr(first, constant, False))
                 return equals_string
 
             if op in ("in", "notin"):
@@ -2624,8 +2688,8 @@ class Compiler:
                 literal = _literal_value(operand_node)
                 members = tuple(literal) if type(literal) in (tuple, list) and all(
                     type(item) is str for item in literal) else None
-                attach(contains, Contains(first, second, negate, check_contains, members,
-                                          _step_charger(node) if members else None))
+                attach(contains, kinds.Contains(first, second, negate, check_contains, members,
+                                                _step_charger(node) if members else None))
                 return contains
 
             def compare_values(left: Any, right: Any, scope: Scope) -> Any:
@@ -2642,7 +2706,7 @@ class Compiler:
                                       scope)
 
             # see codegen.py: two ints compared inline (free, and never raising)
-            attach(compare_once, IntCompare(first, second, op, compare_values))
+            attach(compare_once, kinds.IntCompare(first, second, op, compare_values))
             return compare_once
 
         contains = {_COMPARE["in"], _COMPARE["notin"]}
@@ -2677,7 +2741,7 @@ class Compiler:
                 raise _locate(exc, node) from exc
             return right(scope) if truth else value
 
-        attach(and_, And(left, right, node))
+        attach(and_, kinds.And(left, right, node))
         return and_
 
     def e_or(self, node: n.Node) -> Expr:
@@ -2692,7 +2756,7 @@ class Compiler:
                 raise _locate(exc, node) from exc
             return value if truth else right(scope)
 
-        attach(or_, Or(left, right, node))
+        attach(or_, kinds.Or(left, right, node))
         return or_
 
     def e_not(self, node: n.Node) -> Expr:
@@ -2701,7 +2765,7 @@ class Compiler:
         def not_(scope: Scope) -> bool:
             return not value(scope)
 
-        attach(not_, Not(value))
+        attach(not_, kinds.Not(value))
         return not_
 
     def _unary(self, node: n.Node, function: Callable[[Any], Any]) -> Expr:
@@ -2936,7 +3000,7 @@ def _local_loader(name: str) -> Expr:
     def load_local(scope: Scope) -> Any:
         return scope.vars[name]
 
-    attach(load_local, Local(name))
+    attach(load_local, kinds.Local(name))
     return load_local
 
 
@@ -3179,9 +3243,11 @@ def _constant_value(default: Any) -> Any:
     """The value of a macro parameter's default when it is a constant of an immutable type
     (``none``, ``False``, a string): the same every call, taken without calling its
     closure; else MISSING."""
-    spec = spec_of(default)
-    if isinstance(spec, Const) and type(spec.value) in _IMMUTABLE_CONSTANTS:
-        return spec.value
+    described = _spec_described(default)
+    if described is not None and described.kind == "Const":
+        value, = described.fields
+        if type(value) in _IMMUTABLE_CONSTANTS:
+            return value
     return MISSING
 
 
@@ -3205,7 +3271,7 @@ def _sequence(compiled: List[Stmt]) -> Stmt:
                 return signal
         return None
 
-    attach(run_body, Body(compiled))
+    attach(run_body, kinds.Body(compiled))
     return run_body
 
 

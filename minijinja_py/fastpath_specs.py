@@ -2,25 +2,27 @@
 
 The compiler (compiler.py) turns every node into a closure. Where a closure has a fast path
 that generated code can write out inline (``message['role']`` read straight from a dict, a
-string comparison, text printed), the compiler attaches to it, with :func:`attach`, an
-instance of one of the classes below: what that fast path is made of (its operands, which
-are closures themselves, its constants, and the closure's own slow path to fall back to).
-codegen.py reads them back with :func:`spec_of` and writes each kind through its own emitter
+string comparison, text printed), the compiler attaches to it (``compiler.attach``) one of
+the classes below: what that fast path is made of (its operands, which are closures
+themselves, its constants, and the closure's own slow path to fall back to). codegen.py
+reads them back with :func:`spec_of` and writes each kind through its own emitter
 (``codegen._EXPRESSIONS`` and ``codegen._STATEMENTS``, keyed by these classes). A closure
 without a spec is simply called by generated code.
 
-Plain ``__slots__`` classes rather than dataclasses or named tuples: the compiler is on every
-cold start, and neither ``dataclasses`` nor ``typing`` is imported there (each costs
-milliseconds); a slotted class costs a few microseconds to define.
+Only code generation imports this module. A cold start compiles its template but generates
+no code, and defining these classes costs about 0.6 ms in a fresh process; so the compiler
+writes ``kinds.Print(items, node)`` with ``kinds`` this module for static analysis (each
+construction is type-checked against its class) and, at run time, a recorder of the kind and
+its fields (``compiler._Described``), built into the instance by :func:`spec_of` when codegen
+first reads it. Plain ``__slots__`` classes rather than dataclasses or named tuples: neither
+``dataclasses`` nor ``typing`` is imported at run time (each costs milliseconds).
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, List, Optional, Tuple, TypeVar
-
-    ClosureT = TypeVar("ClosureT", bound=Callable[..., Any])
+    from typing import Any, List, Optional, Tuple
 
 
 class Spec:
@@ -29,15 +31,12 @@ class Spec:
     __slots__ = ()
 
 
-def attach(closure: ClosureT, spec: Optional[Spec]) -> ClosureT:
-    """Give ``closure`` its fast path ``spec`` (None: none) and return it."""
-    closure.spec = spec  # type: ignore[attr-defined]  # the one place a spec is stored
-    return closure
-
-
 def spec_of(closure: Any) -> Optional[Spec]:
-    """The fast path attached to ``closure``, or None (it is then called as it is)."""
-    return getattr(closure, "spec", None)
+    """The fast path attached to ``closure``, or None (it is then called as it is). The
+    compiler describes it (compiler.attach, compiler._Described); it is built here, on the
+    first read."""
+    described = getattr(closure, "spec", None)
+    return None if described is None else described.build()
 
 
 # -- statements: closures ``f(scope, out) -> signal`` ---------------------------------------

@@ -32,15 +32,16 @@ def _kinds() -> set:
 
 
 def _attached_by_compiler() -> set:
-    """The spec classes compiler.py constructs in an ``attach(closure, Kind(...))`` call
-    (``attach(closure, spec_of(other))`` passes one on)."""
+    """The spec classes compiler.py describes in an ``attach(closure, kinds.Kind(...))`` call
+    (``attach(closure, _spec_described(other))`` passes one on)."""
     tree = ast.parse(inspect.getsource(compiler))
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "attach":
             made = node.args[1]
-            if isinstance(made, ast.Call) and isinstance(made.func, ast.Name):
-                names.add(made.func.id)
+            if isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and \
+                    getattr(made.func.value, "id", None) == "kinds":
+                names.add(made.func.attr)
     made_classes = {getattr(fastpath_specs, name, None) for name in names}
     return {cls for cls in made_classes if isinstance(cls, type) and issubclass(cls, Spec)}
 
@@ -62,3 +63,17 @@ def test_spec_classes_hold_only_their_fields() -> None:
     for kind in _kinds():
         assert all("__slots__" in vars(cls) for cls in kind.__mro__ if cls is not object), kind
         assert not hasattr(kind.__new__(kind), "__dict__"), kind
+
+
+
+def test_a_described_spec_is_built_once_as_its_class() -> None:
+    # at run time the compiler only records a kind and its fields (no spec class is defined
+    # on a cold start, see test_cold_start); the first read builds the instance, a described
+    # field too, and a description two closures share gives both the one spec
+    arguments = compiler.kinds.Arguments([], [])
+    closure = compiler.attach(lambda scope: None, compiler.kinds.Call(len, arguments, None))
+    sharing = compiler.attach(lambda scope: None, compiler._spec_described(closure))
+    built = fastpath_specs.spec_of(closure)
+    assert type(built) is fastpath_specs.Call and type(built.arguments) is Arguments
+    assert built.callee is len and built.arguments.positional == []
+    assert fastpath_specs.spec_of(sharing) is built
