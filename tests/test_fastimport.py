@@ -73,8 +73,30 @@ def test_names_it_does_not_own_are_left_to_python(package):
     root, finder = package
     assert finder.find_spec("json") is None
     assert finder.find_spec("fastpkgx.mod") is None
-    assert finder.find_spec("fastpkg.sub") is None  # a subpackage: its __init__ is Python's
+    assert finder.find_spec("fastpkg.sub") is None  # a subpackage without a cache yet
     assert finder.find_spec("fastpkg.missing") is None
+
+
+def test_a_subpackage_is_loaded_as_a_package(package):
+    root, finder = package
+    (root / "sub" / "__init__.py").write_text("NAME = 'sub'\n")
+    (root / "sub" / "leaf.py").write_text("WHERE = __name__\n")
+    _compile(root / "sub" / "__init__.py")
+    _compile(root / "sub" / "leaf.py")
+    spec = finder.find_spec("fastpkg.sub")
+    assert spec is not None and spec.origin == str(root / "sub" / "__init__.py")
+    assert spec.submodule_search_locations == [str(root / "sub")]
+    sys.meta_path.insert(0, finder)
+    try:
+        import fastpkg.sub.leaf as leaf
+    finally:
+        sys.meta_path.remove(finder)
+    sub = sys.modules["fastpkg.sub"]
+    assert type(sub.__loader__).__name__ == "_CachedBytecodeLoader"
+    assert (sub.NAME, sub.__path__, sub.__file__) == ("sub", [str(root / "sub")],
+                                                      str(root / "sub" / "__init__.py"))
+    assert leaf.WHERE == "fastpkg.sub.leaf" and type(leaf.__loader__).__name__ == \
+        "_CachedBytecodeLoader"
 
 
 def test_the_package_modules_are_ordinary_modules():
