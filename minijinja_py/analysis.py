@@ -1,6 +1,6 @@
 """Static analysis of a parsed template: what it reads and which features it uses.
 
-Used by ``minijinja-py check``. It walks the AST (:mod:`minijinja_py.nodes`) once with a stack of
+Used by ``minijinja-py check``. It walks the AST (:mod:`minijinja_py.syntax.nodes`) once with a stack of
 scopes, like Jinja2's ``meta.find_undeclared_variables``: a name read before any ``set``/``for``/
 macro parameter binds it is a variable the caller provides (``messages``, ``tools``,
 ``add_generation_prompt``, ``bos_token``, ``enable_thinking``...). It also follows the message
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from . import nodes as n
+from .syntax import nodes as n
 
 __all__ = ["TemplateReport", "analyze_template", "KNOWN_GLOBALS"]
 
@@ -70,7 +70,7 @@ class TemplateReport:
 
 def _is(node: Any, *kinds: str) -> bool:
     """``node`` is one of the node classes named ``kinds`` (the node classes are generated in
-    :mod:`minijinja_py.nodes`, so names read better here than the classes themselves)."""
+    :mod:`minijinja_py.syntax.nodes`, so names read better here than the classes themselves)."""
     return isinstance(node, n.Node) and type(node).__name__ in kinds
 
 

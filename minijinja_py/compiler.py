@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     ClosureT = TypeVar("ClosureT", bound=Callable[..., Any])
 
-from . import nodes as n
+from .syntax import nodes as n
 from .exceptions import (LimitExceededError, TemplateAssertionError, TemplateError,
                          TemplateRuntimeError, TemplateSyntaxError, TemplateTypeError,
                          wrap_python_error)

@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from . import nodes as n
+from .syntax import nodes as n
 from .runtime import MISSING
 
 __all__ = ["slices_a_constant", "fold_printed", "has_safe_repr", "EscapingEnvironment",

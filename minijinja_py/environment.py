@@ -146,21 +146,21 @@ class Environment:
                    self.limits.max_nesting, self.extension_tags)
         key = None
         if self.parse_cache:
-            from . import diskcache
+            from .syntax import parse_cache as diskcache
 
             if diskcache.enabled():
                 key = diskcache.entry_key(source, options, _engine_id())
                 ast = diskcache.load(key)
                 if ast is not None:
                     return ast
-        from .parser import parse
+        from .syntax.parser import parse
 
         ast = parse(source, name=name, trim_blocks=self.trim_blocks,
                     lstrip_blocks=self.lstrip_blocks,
                     keep_trailing_newline=self.keep_trailing_newline,
                     max_nesting=self.limits.max_nesting, extension_tags=self.extension_tags)
         if key is not None:
-            from . import diskcache
+            from .syntax import parse_cache as diskcache
 
             diskcache.store(key, ast)
         return ast
@@ -253,15 +253,15 @@ def _engine_id() -> str:
         import os
 
         from . import __version__
-        from .lalr import grammar_identity
+        from .syntax.lalr import grammar_identity
 
         # The AST's shape is defined by the grammar, the parser and the node classes. Their
         # files are told apart by size and modification time, as Python tells a stale .pyc
         # (reading and hashing them cost a cold start about 0.3 ms).
-        here = os.path.dirname(os.path.abspath(__file__))
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "syntax")
         stamps = []
         for module in ("nodes.py", "parser.py", "scanner.py", "lalr.py", "_lalr_tables.py",
-                       "diskcache.py"):
+                       "parse_cache.py"):
             try:
                 info = os.stat(os.path.join(here, module))
                 stamps.append(f"{info.st_size}.{info.st_mtime_ns}")
@@ -339,7 +339,7 @@ class Template:
         """(root, fresh names, blocks) compiled by the provenance compiler, made once."""
         compiled = getattr(self, "_provenance_compiled", None)
         if compiled is None:
-            from . import nodes as n
+            from .syntax import nodes as n
             from .provenance_compiler import ProvenanceCompiler, locate_literals
 
             env = self.environment
@@ -411,7 +411,7 @@ class Template:
         """Every piece of text the template writes as it is and every string constant in its
         expressions (what it can print without reading a variable): the chat layer looks in
         them for the control tokens a template writes itself."""
-        from . import nodes as n
+        from .syntax import nodes as n
 
         found = set()
         for node in self.ast.find_all((n.TemplateData, n.Const)):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 import copy
 
-from . import nodes as n
+from .syntax import nodes as n
 from .arith import apply as arith_apply
 from .runtime import to_text as _to_text
 from .compiler import Compiler, RenderContext, Scope, _locate

@@ -10,11 +10,12 @@ import sys
 import threading
 
 import minijinja_py as mj
-from minijinja_py import aot_regex, limits, scanner
+from minijinja_py.syntax import regex as aot_regex, scanner
+from minijinja_py import limits
 
 
 def test_shipped_regex_programs_are_what_re_compiles_now() -> None:
-    from minijinja_py._regex_programs import PROGRAMS
+    from minijinja_py.syntax._regex_programs import PROGRAMS
 
     scanner.compile_all_patterns()
     shipped = PROGRAMS.get(aot_regex.engine_key())
@@ -93,7 +94,7 @@ def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
     import itertools
     import warnings
 
-    from minijinja_py.parser import _simple_unescape
+    from minijinja_py.syntax.parser import _simple_unescape
 
     alphabet = ["\\", "n", "t", "r", "'", '"', "x", "0", "é", "\n"]
     decoded_here = 0

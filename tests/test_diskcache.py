@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import diskcache, parser
-from minijinja_py import nodes as n
+from minijinja_py.syntax import parse_cache as diskcache, parser
+from minijinja_py.syntax import nodes as n
 
 from corpus_support import CORPUS, corpus_available, template_source
 from forked import run_forked

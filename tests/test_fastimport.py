@@ -103,12 +103,12 @@ def test_the_package_modules_are_ordinary_modules():
     import minijinja_py
 
     assert minijinja_py.Environment  # the engine's first use installs the finder
-    from minijinja_py import scanner
+    from minijinja_py.syntax import scanner
 
     assert fastimport.FINDER in sys.meta_path
     assert isinstance(scanner.__loader__, importlib.machinery.SourceFileLoader)
     assert scanner.__spec__.origin == scanner.__file__
-    assert scanner.__file__.endswith(os.path.join("minijinja_py", "scanner.py"))
+    assert scanner.__file__.endswith(os.path.join("minijinja_py", "syntax", "scanner.py"))
     assert scanner.Scanner.scan.__code__.co_filename == scanner.__file__
     assert "class Scanner" in inspect.getsource(scanner)
     reloaded = importlib.reload(scanner)

@@ -412,57 +412,57 @@ M("collisions.py", "            if steered_weight * (held + steered) > ceiling:\
 
 # ==== the parse cache: diskcache.py =============================================================
 DISKCACHE = "tests/test_diskcache.py"
-M("diskcache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return [read(each, budget) for each in item]",
+M("syntax/parse_cache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return [read(each, budget) for each in item]",
   "        return [read(each, budget) for each in item]", DISKCACHE)
-M("diskcache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return build(item, budget)",
+M("syntax/parse_cache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return build(item, budget)",
   "        return build(item, budget)", DISKCACHE)
-M("diskcache.py", "        if type(item) not in allowed:\n            raise _NotParsed()", "        if False:\n            raise _NotParsed()",
+M("syntax/parse_cache.py", "        if type(item) not in allowed:\n            raise _NotParsed()", "        if False:\n            raise _NotParsed()",
   DISKCACHE)
-M("diskcache.py", "        if type(item) is not str or item not in words:", "        if type(item) is not str:",
+M("syntax/parse_cache.py", "        if type(item) is not str or item not in words:", "        if type(item) is not str:",
   DISKCACHE)
-M("diskcache.py", "            if type(value) not in types or type(lineno) is not int or type(column) is not int:",
+M("syntax/parse_cache.py", "            if type(value) not in types or type(lineno) is not int or type(column) is not int:",
   "            if type(value) not in types:", DISKCACHE)
-M("diskcache.py", "        if type(item) is tuple and item[0] not in allowed:", "        if False:",
+M("syntax/parse_cache.py", "        if type(item) is tuple and item[0] not in allowed:", "        if False:",
   DISKCACHE)
-M("diskcache.py", "        if type(marker) is not int or marker != _TUPLE:", "        if type(marker) is not int:",
+M("syntax/parse_cache.py", "        if type(marker) is not int or marker != _TUPLE:", "        if type(marker) is not int:",
   DISKCACHE)
-M("diskcache.py", "        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):\n            return None",
+M("syntax/parse_cache.py", "        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):\n            return None",
   "        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):\n            pass", DISKCACHE)
-M("diskcache.py", "        if digest is not None and entry[1] != digest:\n            return None",
+M("syntax/parse_cache.py", "        if digest is not None and entry[1] != digest:\n            return None",
   "        if digest is not None and entry[1] != digest:\n            pass", DISKCACHE)
-M("diskcache.py", "    if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):",
+M("syntax/parse_cache.py", "    if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):",
   "    if len(data) <= _HEADER:", DISKCACHE)
-M("diskcache.py", "    return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)", "    return not info.st_mode & stat.S_IWOTH",
+M("syntax/parse_cache.py", "    return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)", "    return not info.st_mode & stat.S_IWOTH",
   DISKCACHE)
-M("diskcache.py", "    if getuid is not None and info.st_uid != getuid():", "    if False:", DISKCACHE,
+M("syntax/parse_cache.py", "    if getuid is not None and info.st_uid != getuid():", "    if False:", DISKCACHE,
   equivalent="every file the tests can make is owned by the user running them (another owner "
              "needs root)")
-M("diskcache.py", "not _private(info) or info.st_size > cap:", "not _private(info) or info.st_size > 2 * cap:",
+M("syntax/parse_cache.py", "not _private(info) or info.st_size > cap:", "not _private(info) or info.st_size > 2 * cap:",
   DISKCACHE, equivalent="the read that follows takes at most cap + 1 bytes and refuses more "
                         "(the same miss, a read later)")
-M("diskcache.py", "SIZE_PER_CHARACTER = 48", "SIZE_PER_CHARACTER = 480", DISKCACHE)
-M("diskcache.py", "MAX_STORED_SOURCE = 256_000", "MAX_STORED_SOURCE = 2_560_000", DISKCACHE)
-M("diskcache.py", "MAX_CACHE_ENTRIES = 4096", "MAX_CACHE_ENTRIES = 40960", DISKCACHE)
-M("diskcache.py", "MAX_CACHE_BYTES = 64 * 2 ** 20", "MAX_CACHE_BYTES = 640 * 2 ** 20", DISKCACHE)
-M("diskcache.py", "        if count <= MAX_CACHE_ENTRIES * 3 // 4 and total <= MAX_CACHE_BYTES * 3 // 4:",
+M("syntax/parse_cache.py", "SIZE_PER_CHARACTER = 48", "SIZE_PER_CHARACTER = 480", DISKCACHE)
+M("syntax/parse_cache.py", "MAX_STORED_SOURCE = 256_000", "MAX_STORED_SOURCE = 2_560_000", DISKCACHE)
+M("syntax/parse_cache.py", "MAX_CACHE_ENTRIES = 4096", "MAX_CACHE_ENTRIES = 40960", DISKCACHE)
+M("syntax/parse_cache.py", "MAX_CACHE_BYTES = 64 * 2 ** 20", "MAX_CACHE_BYTES = 640 * 2 ** 20", DISKCACHE)
+M("syntax/parse_cache.py", "        if count <= MAX_CACHE_ENTRIES * 3 // 4 and total <= MAX_CACHE_BYTES * 3 // 4:",
   "        if count <= MAX_CACHE_ENTRIES * 1 // 2 and total <= MAX_CACHE_BYTES * 3 // 4:", DISKCACHE)
-M("diskcache.py", "                elif info.st_mtime < stale and _remove(item.path):",
+M("syntax/parse_cache.py", "                elif info.st_mtime < stale and _remove(item.path):",
   "                elif _remove(item.path):", DISKCACHE)
-M("diskcache.py", "                if not stat.S_ISREG(info.st_mode) or not _private(info):\n                    continue",
+M("syntax/parse_cache.py", "                if not stat.S_ISREG(info.st_mode) or not _private(info):\n                    continue",
   "                if not stat.S_ISREG(info.st_mode):\n                    continue", DISKCACHE)
-M("diskcache.py", "                if not temporary and _parse_key(name) is None:\n                    continue  # not ours",
+M("syntax/parse_cache.py", "                if not temporary and _parse_key(name) is None:\n                    continue  # not ours",
   "                if False:\n                    continue  # not ours", DISKCACHE)
-M("diskcache.py", "PRUNE_ONE_IN = 32", "PRUNE_ONE_IN = 2", DISKCACHE)
-M("diskcache.py", "        if len(data) > size_cap(source_length):\n            return  # load() would refuse it",
+M("syntax/parse_cache.py", "PRUNE_ONE_IN = 32", "PRUNE_ONE_IN = 2", DISKCACHE)
+M("syntax/parse_cache.py", "        if len(data) > size_cap(source_length):\n            return  # load() would refuse it",
   "        if False:\n            return  # load() would refuse it", DISKCACHE)
-M("diskcache.py", "STALE_TEMPORARY = 3600", "STALE_TEMPORARY = 60", DISKCACHE)
-M("diskcache.py", "    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit() or not length.isascii():",
+M("syntax/parse_cache.py", "STALE_TEMPORARY = 3600", "STALE_TEMPORARY = 60", DISKCACHE)
+M("syntax/parse_cache.py", "    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit() or not length.isascii():",
   "    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit():", DISKCACHE)
-M("diskcache.py", "    if template is not None and _now() - info.st_mtime > TOUCH_AFTER:",
+M("syntax/parse_cache.py", "    if template is not None and _now() - info.st_mtime > TOUCH_AFTER:",
   "    if template is not None and _now() - info.st_mtime > TOUCH_AFTER * 1000:", DISKCACHE)
-M("diskcache.py", "        fd = os.open(path, os.O_RDONLY | getattr(os, \"O_NOFOLLOW\", 0))",
+M("syntax/parse_cache.py", "        fd = os.open(path, os.O_RDONLY | getattr(os, \"O_NOFOLLOW\", 0))",
   "        fd = os.open(path, os.O_RDONLY)", DISKCACHE)
-M("diskcache.py", "        os.makedirs(directory, mode=0o700, exist_ok=True)", "        os.makedirs(directory, mode=0o777, exist_ok=True)",
+M("syntax/parse_cache.py", "        os.makedirs(directory, mode=0o700, exist_ok=True)", "        os.makedirs(directory, mode=0o777, exist_ok=True)",
   DISKCACHE)
 
 # ==== provenance.py =============================================================================

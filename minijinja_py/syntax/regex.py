@@ -99,7 +99,7 @@ def main() -> None:  # pragma: no cover - developer tool
     keeping those made under other Pythons: ``python -m minijinja_py.aot_regex``."""
     import pprint
 
-    from . import aot_regex  # this file, as the scanner imported it (not as __main__)
+    from . import regex as aot_regex  # this file, as the scanner imported it (not as __main__)
     from .scanner import compile_all_patterns
 
     compile_all_patterns()

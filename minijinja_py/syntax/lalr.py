@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 if TYPE_CHECKING:  # pragma: no cover
     Token = Tuple[str, str, int]  # (type, text, offset), as the scanner makes them
 
-from .limits import check_deadline
+from ..limits import check_deadline
 
 TABLES_FILE = "_lalr_tables.py"
 TRACE_TOKENS = 64  # tags up to this many tokens have their parse moves remembered...
@@ -44,9 +44,9 @@ _token_type = itemgetter(0)  # a token is (type, text, offset)
 
 def grammar_path() -> str:
     """Locate ``jinja.lark``: inside the installed package, or ``grammar/`` in a checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "grammar", "jinja.lark"),
-                      os.path.join(os.path.dirname(here), "grammar", "jinja.lark")):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (this is syntax/)
+    for candidate in (os.path.join(package, "grammar", "jinja.lark"),
+                      os.path.join(os.path.dirname(package), "grammar", "jinja.lark")):
         if os.path.exists(candidate):
             return candidate
     raise FileNotFoundError("minijinja_py grammar file jinja.lark not found")
@@ -58,7 +58,7 @@ def read_grammar() -> str:
 
 
 def grammar_checksum(grammar: str) -> str:
-    from .checksum import sha256
+    from ..checksum import sha256
 
     return f"{sha256(grammar.encode('utf-8')).hexdigest()[:16]}-{len(grammar)}"
 

@@ -28,9 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import lalr
 from . import nodes as n
-from .gcpause import GC_PAUSE_SOURCE, PausedGC
-from .exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
-from .limits import check_deadline
+from ..gcpause import GC_PAUSE_SOURCE, PausedGC
+from ..exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
+from ..limits import check_deadline
 from .scanner import (BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineIndex, Segment,
                       line_number, scan)
 
@@ -698,7 +698,7 @@ class Parser:
                 end = ("error", segment.error, segment.end)
         else:
             end = ("variable_end" if segment.kind == VAR else "block_end", "", segment.end)
-        from .diagnostics import diagnose  # only ever needed for a template in error
+        from .jinja2_errors import diagnose  # only ever needed for a template in error
 
         try:
             found = diagnose(segment.tokens, end, unescape_string, role, block_name,
@@ -1044,7 +1044,7 @@ class Parser:
 
     def _stmt_no_loader(self, rest, segment, stack, line, column):
         # nothing is loaded, but the tag must read as Jinja2 reads it
-        from .diagnostics import diagnose
+        from .jinja2_errors import diagnose
 
         found = diagnose(segment.tokens, ("block_end", "", segment.end), unescape_string,
                          "statement")
@@ -1089,7 +1089,7 @@ def _expression_depth_bound(tokens: Any) -> int:
 
 def _nesting_error(limit: int, what: str, lineno: int, column: int, name: Optional[str],
                    source: str) -> Exception:
-    from .exceptions import LimitExceededError
+    from ..exceptions import LimitExceededError
 
     err = LimitExceededError(
         f"{what} deeper than {limit} levels refused (limit Limits.max_nesting={limit}; raise it "
@@ -1100,7 +1100,7 @@ def _nesting_error(limit: int, what: str, lineno: int, column: int, name: Option
 
 def _describe(token: Any, end: str = "") -> str:
     """How Jinja2 names a token in a message (None: the tag's end, of Jinja2 type ``end``)."""
-    from .diagnostics import describe_scanner_token
+    from .jinja2_errors import describe_scanner_token
 
     return describe_scanner_token(token, end)
 

@@ -32,8 +32,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Container, List, Optional, Sequence, Tuple
 
-from .exceptions import TemplateAssertionError, TemplateSyntaxError
-from .limits import check_deadline
+from ..exceptions import TemplateAssertionError, TemplateSyntaxError
+from ..limits import check_deadline
 
 # scanner token type -> Jinja2 token type (Jinja2 lexes keywords as names)
 _TYPES = {
