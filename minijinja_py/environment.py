@@ -20,8 +20,8 @@ from time import monotonic as _monotonic
 
 from . import deadline as _deadline
 from . import limits as _limits
-from .compiler import Compiler, RenderContext, Scope
-from .compiler import starting_undefined
+from .compiler.closures import Compiler, RenderContext, Scope
+from .compiler.closures import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits

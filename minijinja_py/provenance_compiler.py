@@ -24,7 +24,7 @@ import copy
 from .syntax import nodes as n
 from .arith import apply as arith_apply
 from .runtime import to_text as _to_text
-from .compiler import Compiler, RenderContext, Scope, _locate
+from .compiler.closures import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
 from .limits import check_string_size
 from .budget import CHARS_SHIFT

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import compiler
+from minijinja_py.compiler import closures as compiler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 import reference_jinja2  # noqa: E402  # the Jinja2 reference (a test dependency)
@@ -758,7 +758,7 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     item known to be a dict there, the limits looked at after it, then the next item), and
     a second copy (each read checked, the sandbox path for a missing key) for the others; a
     body too long to write twice is written once, with the checks."""
-    from minijinja_py import codegen
+    from minijinja_py.compiler import codegen
 
     made = spy_on(monkeypatch, "generate_loop")
     hot_from(monkeypatch, 1)

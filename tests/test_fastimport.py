@@ -127,7 +127,7 @@ def test_a_fresh_process_loads_the_engine_through_the_finder():
                       if name.startswith("minijinja_py.")
                       and type(getattr(module, "__loader__", None)).__name__
                       == "_CachedBytecodeLoader")
-        print(out, len(fast), "minijinja_py.compiler" in fast, sep="|")
+        print(out, len(fast), "minijinja_py.compiler.closures" in fast, sep="|")
     """)
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)

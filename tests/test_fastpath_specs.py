@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 import inspect
 
-from minijinja_py import codegen, compiler, fastpath_specs
-from minijinja_py.fastpath_specs import Arguments, Spec
+from minijinja_py.compiler import codegen, closures as compiler, specs as fastpath_specs
+from minijinja_py.compiler.specs import Arguments, Spec
 
 #: Kinds that are parts of another kind, never a closure generated code evaluates by itself:
 #: a call's arguments (read by Call's emitter and by the compiler's method and filter paths).

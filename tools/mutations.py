@@ -294,9 +294,9 @@ M("methods.py", "        if len(_TABLE_OF_CLASS) < 1000:", "        if True:", *
              "a thousand host classes to tell (memory, not behaviour)")
 
 # ==== compiler.py (the recursion bound of macro calls) =========================================
-M("compiler.py", "            if ctx.depth > ctx.limits.max_recursion:",
+M("compiler/closures.py", "            if ctx.depth > ctx.limits.max_recursion:",
   "            if ctx.depth > ctx.limits.max_recursion + 1:", *k(LIMITS, "plain and (boundary or recursion)"))
-M("compiler.py", "        if self.depth > self.limits.max_recursion:",
+M("compiler/closures.py", "        if self.depth > self.limits.max_recursion:",
   "        if self.depth > self.limits.max_recursion + 1:", *k(LIMITS, "plain and (boundary or recursion)"))
 
 # ==== filters that allocate: filters.py, filters_more.py ========================================
@@ -620,29 +620,29 @@ M("environment.py", "            raise self.limits.exceeded(\"max_nesting\", \"t
   "            raise", *k(LIMITS, "plain and (nesting or boundary)"))
 # compiler.py: the output size where each kind of statement prints, the step budget, what a
 # macro's output costs
-M("compiler.py", "                if ctx.output_size > ctx.max_output:\n                    raise _locate(ctx.limits.exceeded(\n                        \"max_output_size\", \"rendered output too large\"), expression_node)",
+M("compiler/closures.py", "                if ctx.output_size > ctx.max_output:\n                    raise _locate(ctx.limits.exceeded(\n                        \"max_output_size\", \"rendered output too large\"), expression_node)",
   "                if False:\n                    raise _locate(ctx.limits.exceeded(\n                        \"max_output_size\", \"rendered output too large\"), expression_node)",
   *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "                size += len(value)\n            ctx = scope.ctx\n            ctx.output_size += size\n            if ctx.output_size > ctx.max_output:",
+M("compiler/closures.py", "                size += len(value)\n            ctx = scope.ctx\n            ctx.output_size += size\n            if ctx.output_size > ctx.max_output:",
   "                size += len(value)\n            ctx = scope.ctx\n            ctx.output_size += size\n            if False:",
   *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "            ctx = scope.ctx\n            if ctx.output_size > ctx.max_output:\n                raise _locate(ctx.limits.exceeded(\n                    \"max_output_size\", \"rendered output too large\"), node)\n\n        output = _sequence",
+M("compiler/closures.py", "            ctx = scope.ctx\n            if ctx.output_size > ctx.max_output:\n                raise _locate(ctx.limits.exceeded(\n                    \"max_output_size\", \"rendered output too large\"), node)\n\n        output = _sequence",
   "            ctx = scope.ctx\n            if False:\n                raise _locate(ctx.limits.exceeded(\n                    \"max_output_size\", \"rendered output too large\"), node)\n\n        output = _sequence",
   *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "        self.steps += steps\n        if self.steps > self.max_steps:",
+M("compiler/closures.py", "        self.steps += steps\n        if self.steps > self.max_steps:",
   "        self.steps += steps\n        if self.steps >= self.max_steps:", PRICES)
-M("compiler.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
+M("compiler/closures.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
   "        self.charge(len(text) >> CHARS_SHIFT)", *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
+M("compiler/closures.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
   "        self.output_size = before\n        self.charge(0)", PRICES)
 # codegen.py: the same checks in the Python written for hot loops (after 40 iterations)
-M("codegen.py", "        w.line(depth, \"if ctx.output_size > max_output:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
+M("compiler/codegen.py", "        w.line(depth, \"if ctx.output_size > max_output:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
   "        w.line(depth, \"if False:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
   *k(LIMITS, "plain and (boundary or output)"))
-M("codegen.py", "               \"if ctx.steps > ctx.max_steps or ctx.output_size > max_output:\",\n               \"    return True\"]",
+M("compiler/codegen.py", "               \"if ctx.steps > ctx.max_steps or ctx.output_size > max_output:\",\n               \"    return True\"]",
   "               \"if ctx.output_size > max_output:\",\n               \"    return True\"]",
   *priced(LIMITS, "plain and (boundary or hot_loop)"))
-M("codegen.py", "        \"        if ctx.steps > ctx.max_steps:\" if output_checked else",
+M("compiler/codegen.py", "        \"        if ctx.steps > ctx.max_steps:\" if output_checked else",
   "        \"        if False:\" if output_checked else",
   *priced(LIMITS, "plain and (boundary or hot_loop)"))
 # arith.py: the exact digit check after computing

@@ -11,7 +11,8 @@ from typing import Callable
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import limits, symbols
+from minijinja_py import limits
+from minijinja_py.compiler import symbols
 from minijinja_py.syntax import lalr, parser, scanner
 from minijinja_py.exceptions import DeadlineExceededError
 

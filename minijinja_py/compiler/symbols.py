@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Set
 
-from .syntax import nodes as n
+from ..syntax import nodes as n
 
 DEADLINE_EVERY = 1024  # nodes visited between two looks at the parse deadline (a clock read)
 

@@ -30,8 +30,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from .syntax import nodes as n
-from .runtime import MISSING
+from ..syntax import nodes as n
+from ..runtime import MISSING
 
 __all__ = ["slices_a_constant", "fold_printed", "has_safe_repr", "EscapingEnvironment",
            "FOLDED_KINDS"]
@@ -146,14 +146,14 @@ class _Folder:
         return [self.value(item) for item in node.items]
 
     def fold_DictLit(self, node: n.Node) -> "Any":
-        from .collisions import check_table
+        from ..collisions import check_table
 
         pairs = [(self.value(key), self.value(item)) for key, item in node.pairs]
         check_table([key for key, _ in pairs])  # refused: evaluated (and refused) at render
         return dict(pairs)
 
     def fold_BinOp(self, node: n.Node) -> "Any":
-        from .arith import apply
+        from ..arith import apply
 
         return apply(node.op, self.value(node.left), self.value(node.right))
 
@@ -183,7 +183,7 @@ class _Folder:
         return self.value(node.expr2)
 
     def fold_Compare(self, node: n.Node) -> "Any":
-        from .collisions import check_compared, check_membership
+        from ..collisions import check_compared, check_membership
 
         left = self.value(node.expr)
         result = True
@@ -211,8 +211,8 @@ class _Folder:
         return self.env.sandbox.getattr(self.value(node.node), node.attr)
 
     def _call(self, node: n.Node, table: "Dict[str, Any]") -> "Any":
-        from .filters import FILTERS
-        from .runtime import wants_environment
+        from ..filters import FILTERS
+        from ..runtime import wants_environment
 
         function = table.get(node.name)
         if self.volatile or function is None or node.node is None or \

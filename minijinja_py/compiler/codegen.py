@@ -31,19 +31,18 @@ import re
 import sys
 from functools import partial
 
-from .budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
-from .collisions import lookup_steps
-from .fastpath_specs import (Add, And, Body, Break, Call, Concat, Cond, Const, Contains,
-                             Continue, Define, DictGet, DirectAttribute, EqStr, Filter, If, Index,
-                             IntCompare, IntOp, Local, Lookup, Name, Not, Or, Print, PrintParts,
-                             Set, SetNamespace, StrMethod, Subscript, SumPrint, Test, Text,
-                             Truth, spec_of)
-from .compiler import undefined_item
-from .exceptions import TemplateError, wrap_python_error
-from .runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
-from .sandbox import dict_item_only
-from .tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
-                    is_undefined)
+from ..budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
+from ..collisions import lookup_steps
+from .specs import (Add, And, Body, Break, Call, Concat, Cond, Const, Contains, Continue, Define,
+                    DictGet, DirectAttribute, EqStr, Filter, If, Index, IntCompare, IntOp, Local,
+                    Lookup, Name, Not, Or, Print, PrintParts, Set, SetNamespace, StrMethod,
+                    Subscript, SumPrint, Test, Text, Truth, spec_of)
+from .closures import undefined_item
+from ..exceptions import TemplateError, wrap_python_error
+from ..runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
+from ..sandbox import dict_item_only
+from ..tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
+                     is_undefined)
 
 
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge
