@@ -22,9 +22,9 @@ __version__ = "0.2.0"
 _LAZY = {
     "Environment": "environment", "Template": "environment", "chat_environment": "environment",
     "Limits": "limits",
-    "Markup": "markup", "escape": "markup",
-    "Undefined": "runtime", "StrictUndefined": "runtime", "ChainableUndefined": "runtime",
-    "pass_environment": "runtime",
+    "Markup": "runtime.markup", "escape": "runtime.markup",
+    "Undefined": "runtime.objects", "StrictUndefined": "runtime.objects",
+    "ChainableUndefined": "runtime.objects", "pass_environment": "runtime.objects",
     "ProvenanceResult": "provenance", "Run": "provenance", "Origin": "provenance",
     # the chat layer (minijinja_py/chat/), above the engine
     "ChatTemplate": "chat.pipeline", "RenderResult": "chat.pipeline",
@@ -63,9 +63,9 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
                               UnencodableTextError)
     from .environment import Environment, Template, chat_environment
     from .limits import Limits
-    from .markup import Markup, escape
+    from .runtime.markup import Markup, escape
     from .provenance import Origin, ProvenanceResult, Run
-    from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
+    from .runtime.objects import ChainableUndefined, StrictUndefined, Undefined, pass_environment
 
 
 def __getattr__(name: str) -> object:

@@ -26,9 +26,10 @@ from .exceptions import TemplateError, wrap_python_error
 from .budget import CALL_STEPS, filter_input_cost, size_cost
 from .limits import Limits
 from .gcpause import paused_gc
-from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
-                      TemplateReference, Undefined, raise_template_error, wants_environment)
-from .sandbox import Sandbox
+from .runtime.objects import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace,
+                              TemplateDict, TemplateReference, Undefined, raise_template_error,
+                              wants_environment)
+from .runtime.sandbox import Sandbox
 
 _CACHE_SIZE = 400
 # limits.ensure_recursion_headroom is called only when a render may need more than Python's
@@ -44,13 +45,13 @@ _EXTENSIONS = {"jinja2.ext.do": "do", "do": "do", "jinja2.ext.loopcontrols": Non
 
 
 def _load_filters() -> Dict[str, Callable[..., Any]]:
-    from .filters import FILTERS
+    from .runtime.filters.common import FILTERS
 
     return dict(FILTERS)
 
 
 def _load_tests() -> Dict[str, Callable[..., Any]]:
-    from .tests import TESTS
+    from .runtime.tests import TESTS
 
     return dict(TESTS)
 
@@ -471,7 +472,7 @@ def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int 
     import random as _random
 
     from .limits import charge, check_string_size
-    from .markup import Markup
+    from .runtime.markup import Markup
 
     random = _random.SystemRandom()
     check_string_size(int(n) * int(max) * 12)

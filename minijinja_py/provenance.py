@@ -438,7 +438,7 @@ def sources_of(value: Any, limit: int = 100_000) -> List[tuple]:
 
 
 def _is_undefined(value: Any) -> bool:
-    from .runtime import Undefined
+    from .runtime.objects import Undefined
 
     return isinstance(value, Undefined)
 
@@ -1402,7 +1402,7 @@ def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: A
         _json_strings(value, strings, paths, bool(sort_keys))
     except _Untraceable:
         return None
-    from .filters import json_parts  # the very escapers tojson used
+    from .runtime.filters.common import json_parts  # the very escapers tojson used
 
     _, encode_basestring, encode_basestring_ascii = json_parts()
     encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
@@ -1587,7 +1587,7 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
     """The filter ``function`` returning results with origins (see :func:`settle`)."""
     tracer = FILTER_TRACERS.get(name)
     plain = _plain_of if name in _WHOLESALE_FILTERS else _same
-    from .runtime import wants_environment
+    from .runtime.objects import wants_environment
 
     # `join` is traced from its items: a one-shot iterator (`map(attribute=...)`) is read
     # into a list first, which join would do anyway
@@ -1615,7 +1615,7 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
 
 def _plain_of(value: Any) -> Any:
     """The plain value a value with origins stands for (anything else as it is)."""
-    from .methods import plain_value
+    from .runtime.methods import plain_value
 
     return plain_value(value)
 
@@ -1719,7 +1719,7 @@ def traced_method(function: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-from .markup import Markup  # noqa: E402  (after PStr: markup imports nothing of this module)
+from .runtime.markup import (Markup)  # noqa: E402  (after PStr: markup imports nothing of this module)
 
 
 class PMarkup(Markup):
@@ -1846,7 +1846,7 @@ def escape_with_origins(value: Any) -> Any:
     """``markup.escape(value)`` whose result remembers where its characters came from: the
     characters left as they are keep their origins, an entity is derived from the character
     it replaces."""
-    from .markup import escape
+    from .runtime.markup import escape
 
     # (a str with origins is escaped as the plain text it is: its own replace would trace)
     result = escape(str.__str__(value) if type(value) is PStr else value)
@@ -1894,7 +1894,7 @@ def _escaped_origins(result: Any, value: Any) -> Any:
 
 
 def escape_text(char: str) -> str:
-    from .markup import escape
+    from .runtime.markup import escape
 
     return escape(char)
 
@@ -1927,8 +1927,8 @@ def _register_methods() -> None:
     """Templates call str methods on PStr (and Markup methods on PMarkup) through the
     sandbox's method table: give these classes tables of the same methods whose results get
     the origins they lack."""
-    from .methods import (_TABLE_OF_CLASS, MARKUP_METHODS, PLAIN_VALUE_OF, STR_METHODS,
-                          STR_STAND_INS)
+    from .runtime.methods import (_TABLE_OF_CLASS, MARKUP_METHODS, PLAIN_VALUE_OF, STR_METHODS,
+                                  STR_STAND_INS)
 
     _TABLE_OF_CLASS[PStr] = ({name: traced_method(function)
                               for name, function in STR_METHODS.items()}, str)

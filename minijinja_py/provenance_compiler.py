@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 import copy
 
 from .syntax import nodes as n
-from .arith import apply as arith_apply
-from .runtime import to_text as _to_text
+from .runtime.operators import apply as arith_apply
+from .runtime.objects import to_text as _to_text
 from .compiler.closures import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
 from .limits import check_string_size

@@ -493,8 +493,8 @@ def test_an_empty_list_is_looped_over_as_any_empty_iterable(
 def test_direct_attributes_are_what_the_sandbox_answers() -> None:
     """DIRECT_ATTRIBUTES lets the compiler read an attribute after a type check: for every
     entry the sandbox's own answer must be the plain attribute, never a wrapper."""
-    from minijinja_py.runtime import LoopContext, Undefined
-    from minijinja_py.sandbox import DIRECT_ATTRIBUTES, Sandbox
+    from minijinja_py.runtime.objects import LoopContext, Undefined
+    from minijinja_py.runtime.sandbox import DIRECT_ATTRIBUTES, Sandbox
 
     sandbox = Sandbox(True, Undefined)
     samples = {LoopContext: []}

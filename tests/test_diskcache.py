@@ -66,7 +66,7 @@ def test_every_corpus_ast_survives_a_round_trip() -> None:
         ast = parser.parse("{{ 1" + unit * 400 + " }}")
         assert diskcache.loads(diskcache.dumps(ast)) is not None, unit
     # the words the loader accepts are the parser's, the operators those the engine computes
-    from minijinja_py import arith
+    from minijinja_py.runtime import operators as arith
     from minijinja_py.compiler import closures as compiler
 
     assert diskcache._NO_LOADER_TAGS == set(parser._NO_LOADER_TAGS)

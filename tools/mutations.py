@@ -149,7 +149,7 @@ M("limits.py", "                        hashing += paths * comparison_work(item)
 M("limits.py", "    return render.limits if render is not None else DEFAULT_LIMITS",
   "    return DEFAULT_LIMITS", *k(LIMITS, "plain and (lowered or boundary)"))
 
-M("arith.py", "    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)",
+M("runtime/operators.py", "    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)",
   "    if kind is int:", *k(LIMITS, "boundary"))
 
 # ==== the guard: budget.py ======================================================================
@@ -203,93 +203,93 @@ M("deadline.py", "                _active.pop(id(render), None)\n            eli
 
 # ==== the sandbox: sandbox.py, runtime.py's host-method wrapper ================================
 _MARKED = k(ESCAPES, "plain and marked")
-M("sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
+M("runtime/sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
   "if getattr(function, \"unsafe_callable\", False):", *_MARKED)
-M("sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
+M("runtime/sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
   "if getattr(function, \"alters_data\", False):", *_MARKED)
-M("runtime.py", "        return getattr(self.method, \"alters_data\", False)", "        return False",
+M("runtime/objects.py", "        return getattr(self.method, \"alters_data\", False)", "        return False",
   *_MARKED)
-M("runtime.py", "        return getattr(self.method, \"unsafe_callable\", False)", "        return False",
+M("runtime/objects.py", "        return getattr(self.method, \"unsafe_callable\", False)", "        return False",
   *_MARKED)
-M("sandbox.py", "    if attribute.startswith(\"_\"):\n        return False",
+M("runtime/sandbox.py", "    if attribute.startswith(\"_\"):\n        return False",
   "    if attribute.startswith(\"__\"):\n        return False", *k(ESCAPES, "plain"))
-M("sandbox.py", "    if isinstance(obj, type) and attribute == \"mro\":",
+M("runtime/sandbox.py", "    if isinstance(obj, type) and attribute == \"mro\":",
   "    if isinstance(obj, type) and attribute == \"__mro__\":", *k(ESCAPES, "plain"))
-M("sandbox.py", "    if isinstance(obj, _UNSAFE_TYPES):\n        return False",
+M("runtime/sandbox.py", "    if isinstance(obj, _UNSAFE_TYPES):\n        return False",
   "    if isinstance(obj, _UNSAFE_TYPES):\n        return True", *k(ESCAPES, "plain"))
-M("sandbox.py", "        return attribute not in _UNSAFE_GENERATOR_ATTRIBUTES", "        return True",
+M("runtime/sandbox.py", "        return attribute not in _UNSAFE_GENERATOR_ATTRIBUTES", "        return True",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "    if isinstance(value, (types.ModuleType,)) or isinstance(obj, types.ModuleType):",
+M("runtime/sandbox.py", "    if isinstance(value, (types.ModuleType,)) or isinstance(obj, types.ModuleType):",
   "    if isinstance(obj, types.ModuleType):", *k(ESCAPES, "plain"))
-M("sandbox.py", "        if (self.immutable and isinstance(obj, _MUTABLE_BASES)",
+M("runtime/sandbox.py", "        if (self.immutable and isinstance(obj, _MUTABLE_BASES)",
   "        if (False and isinstance(obj, _MUTABLE_BASES)", *k(ESCAPES, "plain"),
   equivalent="a second line of defence: every name it refuses (methods.MUTATORS) is in the "
              "method tables, which answer first for every list, dict and set, subclasses "
              "included (a table missing a mutator would reach it)")
-M("sandbox.py", "                    if self.immutable:\n                        return unsafe_undefined",
+M("runtime/sandbox.py", "                    if self.immutable:\n                        return unsafe_undefined",
   "                    if False:\n                        return unsafe_undefined", *k(ESCAPES, "plain"))
-M("sandbox.py", "                    return RuntimeMethod(value, name, type(obj).__name__)",
+M("runtime/sandbox.py", "                    return RuntimeMethod(value, name, type(obj).__name__)",
   "                    return value", *k(ESCAPES, "plain"),
   equivalent="the engine's own methods carry no attribute without an underscore and print "
              "the same either way (their objects print no address): the wrapper guards "
              "against attributes a later change could add")
-M("sandbox.py", "            return HostMethod(value, name, type(obj).__name__)", "            return value",
+M("runtime/sandbox.py", "            return HostMethod(value, name, type(obj).__name__)", "            return value",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "        if type(obj) is dict and name not in _DICT_METHODS and name[:1] != \"_\":",
+M("runtime/sandbox.py", "        if type(obj) is dict and name not in _DICT_METHODS and name[:1] != \"_\":",
   "        if type(obj) is dict and name not in _DICT_METHODS:", *k(ESCAPES, "plain"))
-M("sandbox.py", "            # Jinja2: attributes every object has (`__class__`) are unsafe; other dunder",
+M("runtime/sandbox.py", "            # Jinja2: attributes every object has (`__class__`) are unsafe; other dunder",
   "            return MISSING  # (mutated)", *k(ESCAPES, "plain"))
-M("sandbox.py", "            if name[:1] == \"_\":\n                return unsafe_undefined(obj, name, self.undefined)\n            if isinstance(obj, (Namespace",
+M("runtime/sandbox.py", "            if name[:1] == \"_\":\n                return unsafe_undefined(obj, name, self.undefined)\n            if isinstance(obj, (Namespace",
   "            if name[:2] == \"__\":\n                return unsafe_undefined(obj, name, self.undefined)\n            if isinstance(obj, (Namespace",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "            check_lookup(key, obj)  # a key a template may aim (collisions.py)",
+M("runtime/sandbox.py", "            check_lookup(key, obj)  # a key a template may aim (collisions.py)",
   "            pass", PRICES)
-M("sandbox.py", "                return self._host_attribute(obj, name)\n            return MISSING",
+M("runtime/sandbox.py", "                return self._host_attribute(obj, name)\n            return MISSING",
   "                return getattr(obj, name, MISSING)\n            return MISSING", *k(ESCAPES, "plain"))
 
 # ==== the sandbox: methods.py ===================================================================
-M("methods.py", "        if isinstance(width, int):\n            check_string_size(width)\n        return method(",
+M("runtime/methods.py", "        if isinstance(width, int):\n            check_string_size(width)\n        return method(",
   "        if isinstance(width, int):\n            pass\n        return method(", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        if inserted > len(old):", "        if inserted > len(old) + 1:",
+M("runtime/methods.py", "        if inserted > len(old):", "        if inserted > len(old) + 1:",
   *k(LIMITS, "plain and boundary"))
-M("methods.py", "            check_string_size(len(value) + occurrences * (inserted - len(old)))",
+M("runtime/methods.py", "            check_string_size(len(value) + occurrences * (inserted - len(old)))",
   "            check_string_size(len(value) + occurrences)", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        check_string_size(len(value) * (len(items) - 1) + size)",
+M("runtime/methods.py", "        check_string_size(len(value) * (len(items) - 1) + size)",
   "        check_string_size(size)", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        charge(len(items) >> 2)\n    return value.join(items)",
+M("runtime/methods.py", "        charge(len(items) >> 2)\n    return value.join(items)",
   "        charge(len(items) >> 4)\n    return value.join(items)", *priced(BUILTINS, "plain and pays"))
-M("methods.py", "        check_collection_size(len(value) + len(iterable))",
+M("runtime/methods.py", "        check_collection_size(len(value) + len(iterable))",
   "        check_collection_size(len(iterable))", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        check_string_size(len(value) + value.count(\"\\t\") * (max(tabsize, 1) - 1))",
+M("runtime/methods.py", "        check_string_size(len(value) + value.count(\"\\t\") * (max(tabsize, 1) - 1))",
   "        check_string_size(len(value) + value.count(\"\\t\"))", *k(LIMITS, "plain and boundary"))
-M("methods.py", "    if len(spec) < 4:\n        return", "    if len(spec) < 12:\n        return",
+M("runtime/methods.py", "    if len(spec) < 4:\n        return", "    if len(spec) < 12:\n        return",
   *k(LIMITS, "plain and format-width"))
-M("methods.py", "FORMAT_FIELD_STEPS = 25", "FORMAT_FIELD_STEPS = 2", *priced(BUILTINS, "plain and pays"))
-M("methods.py", "        check_repeat_size(max(longest, 1), len(value))",
+M("runtime/methods.py", "FORMAT_FIELD_STEPS = 25", "FORMAT_FIELD_STEPS = 2", *priced(BUILTINS, "plain and pays"))
+M("runtime/methods.py", "        check_repeat_size(max(longest, 1), len(value))",
   "        check_repeat_size(1, len(value))", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        if len(items) * 2.41 > limits.max_int_digits:",
+M("runtime/methods.py", "        if len(items) * 2.41 > limits.max_int_digits:",
   "        if len(items) * 0.241 > limits.max_int_digits:", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        check_comparable(args[0], max(len(owner), 1))", "        check_comparable(args[0], 1)",
+M("runtime/methods.py", "        check_comparable(args[0], max(len(owner), 1))", "        check_comparable(args[0], 1)",
   PRICES)
-M("methods.py", "        check_comparable(owner, max(len(owner).bit_length(), 1))",
+M("runtime/methods.py", "        check_comparable(owner, max(len(owner).bit_length(), 1))",
   "        check_comparable(owner, 1)", PRICES)
-M("methods.py", "    list: frozenset({\"append\", \"extend\",", "    list: frozenset({\"extend\",",
+M("runtime/methods.py", "    list: frozenset({\"append\", \"extend\",", "    list: frozenset({\"extend\",",
   *k(ESCAPES, "plain and mutator"))
-M("methods.py", "    dict: frozenset({\"update\", \"pop\", \"popitem\", \"setdefault\", \"clear\"}),",
+M("runtime/methods.py", "    dict: frozenset({\"update\", \"pop\", \"popitem\", \"setdefault\", \"clear\"}),",
   "    dict: frozenset({\"update\", \"pop\", \"popitem\", \"clear\"}),", *k(ESCAPES, "plain and mutator"))
-M("methods.py", "    raise SecurityError(f\"str.encode is not available (codec {codec!r}): bytes are not \"",
+M("runtime/methods.py", "    raise SecurityError(f\"str.encode is not available (codec {codec!r}): bytes are not \"",
   "    return value\n    raise SecurityError(f\"str.encode is not available (codec {codec!r}): bytes are not \"",
   *k(BUILTINS, "plain and encode"))
-M("methods.py", "            obj = (self.sandbox.getattr(obj, key) if is_attr",
+M("runtime/methods.py", "            obj = (self.sandbox.getattr(obj, key) if is_attr",
   "            obj = (getattr(obj, key) if is_attr", *k(ESCAPES, "plain"))
-M("methods.py", "                check_string_size(self.built + _escaped_size(",
+M("runtime/methods.py", "                check_string_size(self.built + _escaped_size(",
   "                check_string_size(self.built + len(value) + 0 * _escaped_size(",
   *k(BUILTINS, "plain and (printed_form or before_it_is_built)"))
-M("methods.py", "                result = escape(result)  # refuses an escaped piece over the limit itself",
+M("runtime/methods.py", "                result = escape(result)  # refuses an escaped piece over the limit itself",
   "                pass", *k(BUILTINS, "plain and (printed_form or ordinary)"))
-M("methods.py", "    raise SecurityError(\"int.to_bytes is not available: bytes are not template values\")",
+M("runtime/methods.py", "    raise SecurityError(\"int.to_bytes is not available: bytes are not template values\")",
   "    return b\"\"", *k(ESCAPES, "plain"))
-M("methods.py", "        if len(_TABLE_OF_CLASS) < 1000:", "        if True:", *k(ESCAPES, "plain"),
+M("runtime/methods.py", "        if len(_TABLE_OF_CLASS) < 1000:", "        if True:", *k(ESCAPES, "plain"),
   equivalent="the table only grows with host classes a template meets; a test would need "
              "a thousand host classes to tell (memory, not behaviour)")
 
@@ -301,60 +301,60 @@ M("compiler/closures.py", "        if self.depth > self.limits.max_recursion:",
 
 # ==== filters that allocate: filters.py, filters_more.py ========================================
 _BOUNDARY = k(LIMITS, "plain and boundary")
-M("filters.py", "        if total > limit:\n            check_string_size(total)\n        pieces.append(piece)",
+M("runtime/filters/common.py", "        if total > limit:\n            check_string_size(total)\n        pieces.append(piece)",
   "        if total > limit * 2:\n            check_string_size(total)\n        pieces.append(piece)",
   *_BOUNDARY)
-M("filters.py", "    charge(len(pieces) * 2)  # Python code ran for each item",
+M("runtime/filters/common.py", "    charge(len(pieces) * 2)  # Python code ran for each item",
   "    charge(len(pieces) >> 2)  # Python code ran for each item", *priced(BUILTINS, "plain and pays"))
-M("filters.py", "        check_string_size(len(text) + found * (len(replacement) - len(old)))",
+M("runtime/filters/common.py", "        check_string_size(len(text) + found * (len(replacement) - len(old)))",
   "        check_string_size(len(text))", *_BOUNDARY)
-M("filters.py", "        if count >= 0:\n            found = min(found, count)",
+M("runtime/filters/common.py", "        if count >= 0:\n            found = min(found, count)",
   "        if count >= 0:\n            pass", *_BOUNDARY)
-M("filters.py", "    if isinstance(value, str):\n        check_collection_size(len(value))\n    return list(value)",
+M("runtime/filters/common.py", "    if isinstance(value, str):\n        check_collection_size(len(value))\n    return list(value)",
   "    if isinstance(value, str):\n        pass\n    return list(value)", *_BOUNDARY)
-M("filters.py", "        elif isinstance(indent, int):\n            check_string_size(indent)",
+M("runtime/filters/common.py", "        elif isinstance(indent, int):\n            check_string_size(indent)",
   "        elif isinstance(indent, int):\n            pass", *k(LIMITS, "plain and (boundary or indent)"))
-M("filters.py", "    charge(size >> 2)\n    return tree", "    charge(size >> 6)\n    return tree",
+M("runtime/filters/common.py", "    charge(size >> 2)\n    return tree", "    charge(size >> 6)\n    return tree",
   PRICES)
-M("filters.py", "        if depth > max_depth:\n            raise limits.exceeded(\"max_recursion\", f\"data nested too deeply for {what}\")",
+M("runtime/filters/common.py", "        if depth > max_depth:\n            raise limits.exceeded(\"max_recursion\", f\"data nested too deeply for {what}\")",
   "        if depth > max_depth + 1:\n            raise limits.exceeded(\"max_recursion\", f\"data nested too deeply for {what}\")",
   *_BOUNDARY)
-M("filters.py", "    charge(len(pieces) * TITLE_PIECE_STEPS)", "    charge(len(pieces))",
+M("runtime/filters/common.py", "    charge(len(pieces) * TITLE_PIECE_STEPS)", "    charge(len(pieces))",
   *priced(BUILTINS, "plain and pays"))
-M("filters.py", "        if total > max_size:\n            raise limits.exceeded(\"max_string_size\",",
+M("runtime/filters/common.py", "        if total > max_size:\n            raise limits.exceeded(\"max_string_size\",",
   "        if total > max_size * 2:\n            raise limits.exceeded(\"max_string_size\",",
   *_BOUNDARY,
   equivalent="since filters.13's check every caller compares the estimate's total with "
              "max_string_size itself (str() and tojson, pprint and printf by check_string_size): "
              "the walk stops at the same item (its loop's own early stop is unchanged) and the "
              "same limit refuses, only pprint's and printf's messages are worded differently")
-M("filters_more.py", "    if isinstance(width, int) and width > len(text):\n        check_string_size(width)",
+M("runtime/filters/rare.py", "    if isinstance(width, int) and width > len(text):\n        check_string_size(width)",
   "    if isinstance(width, int) and width > len(text) + 100:\n        check_string_size(width)",
   *_BOUNDARY)
-M("filters_more.py", "        if isinstance(width, int):\n            check_string_size(width)\n        pad = \" \" * width",
+M("runtime/filters/rare.py", "        if isinstance(width, int):\n            check_string_size(width)\n        pad = \" \" * width",
   "        if isinstance(width, int):\n            pass\n        pad = \" \" * width",
   *k(LIMITS, "plain and (boundary or indent)"))
-M("filters_more.py", "        check_string_size(len(s) - 1 + len(pad) * len(lines))",
+M("runtime/filters/rare.py", "        check_string_size(len(s) - 1 + len(pad) * len(lines))",
   "        check_string_size(len(s) - 1 + len(pad))", *_BOUNDARY)
-M("filters_more.py", "    charge(len(lines) * 3)  # a Python step per line", "    charge(len(lines))  # a Python step per line",
+M("runtime/filters/rare.py", "    charge(len(lines) * 3)  # a Python step per line", "    charge(len(lines))  # a Python step per line",
   *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "WORD_STEPS = 3", "WORD_STEPS = 1", *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "                if isinstance(linecount, int):\n                    check_collection_size(linecount)",
+M("runtime/filters/rare.py", "WORD_STEPS = 3", "WORD_STEPS = 1", *priced(BUILTINS, "plain and pays"))
+M("runtime/filters/rare.py", "                if isinstance(linecount, int):\n                    check_collection_size(linecount)",
   "                if isinstance(linecount, int):\n                    pass", *_BOUNDARY)
-M("filters_more.py", "            check_collection_size(slices)\n            charge(slices * 12)",
+M("runtime/filters/rare.py", "            check_collection_size(slices)\n            charge(slices * 12)",
   "            pass\n            charge(slices * 12)", *_BOUNDARY)
-M("filters_more.py", "            charge(slices * 12)  # a new list per column", "            charge(slices)  # a new list per column",
+M("runtime/filters/rare.py", "            charge(slices * 12)  # a new list per column", "            charge(slices)  # a new list per column",
   *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "            check_collection_size(len(total) + len(item))",
+M("runtime/filters/rare.py", "            check_collection_size(len(total) + len(item))",
   "            check_collection_size(len(item))", *_BOUNDARY)
-M("filters_more.py", "            if work > limits.max_steps:", "            if work > limits.max_steps * 100:",
+M("runtime/filters/rare.py", "            if work > limits.max_steps:", "            if work > limits.max_steps * 100:",
   *_BOUNDARY)
-M("filters_more.py", "    check_string_size(size)\n    charge(size)\n    try:\n        text = _pprint.pformat(value)",
+M("runtime/filters/rare.py", "    check_string_size(size)\n    charge(size)\n    try:\n        text = _pprint.pformat(value)",
   "    charge(size)\n    try:\n        text = _pprint.pformat(value)", *_BOUNDARY)
-M("filters_more.py", "    charge(fields * PRINTF_FIELD_STEPS)", "    charge(fields)", *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "        check_string_size(sum(len(line) for lines in paragraphs for line in lines)\n                          + separators * len(wrapstring))",
+M("runtime/filters/rare.py", "    charge(fields * PRINTF_FIELD_STEPS)", "    charge(fields)", *priced(BUILTINS, "plain and pays"))
+M("runtime/filters/rare.py", "        check_string_size(sum(len(line) for lines in paragraphs for line in lines)\n                          + separators * len(wrapstring))",
   "        check_string_size(sum(len(line) for lines in paragraphs for line in lines))", *_BOUNDARY)
-M("filters_more.py", "                    total += int(part) if len(part) < 12 else 10 ** 12",
+M("runtime/filters/rare.py", "                    total += int(part) if len(part) < 12 else 10 ** 12",
   "                    total += int(part) if len(part) < 6 else 0", *_BOUNDARY)
 
 # ==== collisions.py =============================================================================
@@ -646,26 +646,26 @@ M("compiler/codegen.py", "        \"        if ctx.steps > ctx.max_steps:\" if o
   "        \"        if False:\" if output_checked else",
   *priced(LIMITS, "plain and (boundary or hot_loop)"))
 # arith.py: the exact digit check after computing
-M("arith.py", "    if abs(value) >= bound:", "    if abs(value) > bound:", *k(LIMITS, "boundary"))
+M("runtime/operators.py", "    if abs(value) >= bound:", "    if abs(value) > bound:", *k(LIMITS, "boundary"))
 # filters_more.py: round()'s precision
-M("filters_more.py", "    if isinstance(precision, int) and precision + 1 > current_limits().max_int_digits:",
+M("runtime/filters/rare.py", "    if isinstance(precision, int) and precision + 1 > current_limits().max_int_digits:",
   "    if isinstance(precision, int) and precision > current_limits().max_int_digits:",
   *k(LIMITS, "plain and (boundary or round)"))
 # filters.py: str() of a container measured first
-M("filters.py", "    if isinstance(value, _CONTAINERS) or isinstance(value, _HOLDERS):\n        _check_serialised_size(value, \"str()\")",
+M("runtime/filters/common.py", "    if isinstance(value, _CONTAINERS) or isinstance(value, _HOLDERS):\n        _check_serialised_size(value, \"str()\")",
   "    if isinstance(value, _CONTAINERS):\n        _check_serialised_size(value, \"str()\")",
   *k(LIMITS, "plain and boundary"))
-M("filters.py", "        if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:",
+M("runtime/filters/common.py", "        if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:",
   "        if size > limits.max_string_size:", *k(BUILTINS, "plain and (printed_form or repr or before_it_is_built)"))
 # sandbox.py: the lists of what a template may not reach
-M("sandbox.py", "_UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)",
+M("runtime/sandbox.py", "_UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)",
   "_UNSAFE_TYPES = (types.CodeType, types.TracebackType)", *k(ESCAPES, "plain"))
-M("sandbox.py", "_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({\"gi_frame\", \"gi_code\", \"gi_yieldfrom\", \"cr_frame\",",
+M("runtime/sandbox.py", "_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({\"gi_frame\", \"gi_code\", \"gi_yieldfrom\", \"cr_frame\",",
   "_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({\"gi_code\", \"gi_yieldfrom\", \"cr_frame\",",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "        if type(obj) in NAMESPACE_TYPES and name[:1] != \"_\":",
+M("runtime/sandbox.py", "        if type(obj) in NAMESPACE_TYPES and name[:1] != \"_\":",
   "        if type(obj) in NAMESPACE_TYPES:", *k(ESCAPES, "plain"))
-M("sandbox.py", "        if type(function) is Macro:  # the engine's own (slots: no flag can be set on it)\n            return function._invoke(args, kwargs)\n",
+M("runtime/sandbox.py", "        if type(function) is Macro:  # the engine's own (slots: no flag can be set on it)\n            return function._invoke(args, kwargs)\n",
   "", *k(ESCAPES, "plain"),
   equivalent="a shortcut: a Macro has slots and no flag attribute, so the general path "
              "reads no mark and calls it the same way")
@@ -673,7 +673,7 @@ M("sandbox.py", "        if type(function) is Macro:  # the engine's own (slots:
 M("provenance.py", "            named = depth < PATH_DEPTH\n            pending = []",
   "            named = True\n            pending = []", *k(PROVENANCE, "not corpus"))
 # the two checks this round found missing (issue 43: fixed with their tests)
-M("filters.py", "    if size > limits.max_string_size:\n        # a value that is no container",
+M("runtime/filters/common.py", "    if size > limits.max_string_size:\n        # a value that is no container",
   "    if False:\n        # a value that is no container", *k(LIMITS, "plain and boundary"))
-M("arith.py", "    elif kind is str or kind is list or kind is tuple or isinstance(result, (str, tuple)):",
+M("runtime/operators.py", "    elif kind is str or kind is list or kind is tuple or isinstance(result, (str, tuple)):",
   "    elif kind is str or kind is list or kind is tuple:", PRICES)

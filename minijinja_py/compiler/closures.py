@@ -39,7 +39,7 @@ from ..syntax import nodes as n
 from ..exceptions import (LimitExceededError, TemplateAssertionError, TemplateError,
                           TemplateRuntimeError, TemplateSyntaxError, TemplateTypeError,
                           wrap_python_error)
-from ..arith import apply as arith_apply
+from ..runtime.operators import apply as arith_apply
 from ..budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                       FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
                       SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
@@ -47,12 +47,12 @@ from ..collisions import (STR_HASH_SECRET, check_compared, check_lookup, check_m
                           check_table, literal_allowed, literal_steps, lookup_steps)
 from ..limits import (check_comparable, check_stored_tuples, check_string_size, check_tuple_depth,
                       materialise)
-from ..methods import METHODS, MUTATORS
+from ..runtime.methods import METHODS, MUTATORS
 from .symbols import analyse_frame
-from ..sandbox import DIRECT_ATTRIBUTES, dict_item_only
-from ..runtime import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined, LoopContext,
-                       Macro, Namespace, StrictUndefined, Undefined, to_text as _to_text,
-                       unsafe_undefined, wants_environment)
+from ..runtime.sandbox import DIRECT_ATTRIBUTES, dict_item_only
+from ..runtime.objects import (MISSING, NAMESPACE_TYPES, BoundMethod, ChainableUndefined,
+                               LoopContext, Macro, Namespace, StrictUndefined, Undefined,
+                               to_text as _to_text, unsafe_undefined, wants_environment)
 
 #: A loop body is compiled to Python (codegen.py) once it has run this many times (over all
 #: renders).
@@ -239,7 +239,7 @@ class RenderContext:
     def safe(text: str) -> Any:
         """Text made inside ``{% autoescape true %}`` (a macro's output, a ``set`` capture):
         already escaped, so Markup."""
-        from ..markup import Markup
+        from ..runtime.markup import Markup
 
         return Markup(text)
 
@@ -713,7 +713,7 @@ class Compiler:
     @staticmethod
     def escaped_text(value: Any) -> str:
         """How ``{{ value }}`` prints inside ``{% autoescape true %}``."""
-        from ..markup import escape
+        from ..runtime.markup import escape
 
         return str(escape(value))
 
@@ -2139,7 +2139,7 @@ class Compiler:
         if function is None and not self.in_if:
             raise TemplateAssertionError(f"No {kind} named {name!r}.", node.lineno, node.column)
         if kind == "filter":
-            from ..filters import LoadedOnUse
+            from ..runtime.filters.common import LoadedOnUse
 
             if type(function) is LoadedOnUse:  # a builtin filter not imported yet
                 function = function.load()
@@ -2215,7 +2215,7 @@ class Compiler:
         engine's own: the argument evaluated, then chosen for an undefined value (and
         charged as a new result is), without building the call's arguments. None for any
         other filter or arguments."""
-        from ..filters import do_default
+        from ..runtime.filters.common import do_default
 
         positional, keywords = _static_arguments(args)
         if function is not do_default or positional is None or \
@@ -2253,7 +2253,7 @@ class Compiler:
         name = node.name
         if node.args or node.kwargs or node.dyn_args or node.dyn_kwargs:
             return None
-        from ..filters import FILTERS
+        from ..runtime.filters.common import FILTERS
 
         if self.env.filters.get(name) is not FILTERS.get(name, self):
             return None
@@ -2884,8 +2884,8 @@ def _stable_items(env: Any, statements: List[n.Node], facts: int,
             return False
     if not facts & _FILTERS_OR_TESTS:
         return callees or True
-    from ..filters import FILTERS
-    from ..tests import TESTS
+    from ..runtime.filters.common import FILTERS
+    from ..runtime.tests import TESTS
 
     for statement in statements:
         for node in itertools.chain((statement,), statement.find_all((n.Filter, n.Test))):

@@ -39,10 +39,10 @@ from .specs import (Add, And, Body, Break, Call, Concat, Cond, Const, Contains, 
                     Subscript, SumPrint, Test, Text, Truth, spec_of)
 from .closures import undefined_item
 from ..exceptions import TemplateError, wrap_python_error
-from ..runtime import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
-from ..sandbox import dict_item_only
-from ..tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string, is_true,
-                     is_undefined)
+from ..runtime.objects import MISSING, NAMESPACE_TYPES, GlobalFunction, Macro, Undefined, to_text
+from ..runtime.sandbox import dict_item_only
+from ..runtime.tests import (TYPE_TESTS, is_boolean, is_defined, is_false, is_none, is_string,
+                             is_true, is_undefined)
 
 
 #: Bodies with more statements than this (after inlining) stay closures: compiling huge

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
 from ..syntax import nodes as n
-from ..runtime import MISSING
+from ..runtime.objects import MISSING
 
 __all__ = ["slices_a_constant", "fold_printed", "has_safe_repr", "EscapingEnvironment",
            "FOLDED_KINDS"]
@@ -153,7 +153,7 @@ class _Folder:
         return dict(pairs)
 
     def fold_BinOp(self, node: n.Node) -> "Any":
-        from ..arith import apply
+        from ..runtime.operators import apply
 
         return apply(node.op, self.value(node.left), self.value(node.right))
 
@@ -211,8 +211,8 @@ class _Folder:
         return self.env.sandbox.getattr(self.value(node.node), node.attr)
 
     def _call(self, node: n.Node, table: "Dict[str, Any]") -> "Any":
-        from ..filters import FILTERS
-        from ..runtime import wants_environment
+        from ..runtime.filters.common import FILTERS
+        from ..runtime.objects import wants_environment
 
         function = table.get(node.name)
         if self.volatile or function is None or node.node is None or \

@@ -187,7 +187,7 @@ def test_iterating_characters_keeps_each_ones_origin() -> None:
 
 # -- the same attributes as the plain types ----------------------------------------------------------
 def _attribute_names() -> list:
-    from minijinja_py.markup import Markup
+    from minijinja_py.runtime.markup import Markup
     from minijinja_py.provenance import PFloat, PInt, PMarkup, PStr
 
     names = set()

@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Optional, Tuple
 
-from .filters import json_parts
+from .common import json_parts
 
 _, encode_basestring, encode_basestring_ascii = json_parts()
 

@@ -20,7 +20,7 @@ entity, line or ``%`` field (``title``, ``wordwrap``, ``striptags``, ``urlize``,
 ``wordcount``, ``indent``, ``join``, ``slice``...) charge steps for that work themselves with
 :func:`~minijinja_py.limits.charge`, before doing it, on top of what budget.py charges by
 size; every one of them is linear in its input. The public table is :data:`FILTERS`; the
-filters chat templates rarely use live in :mod:`minijinja_py.filters_more`, imported on first
+filters chat templates rarely use live in :mod:`minijinja_py.runtime.filters.rare`, imported on first
 use.
 
 Why one module of over a thousand lines: these are the filters a chat template's first render
@@ -36,16 +36,16 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .exceptions import FilterArgumentError
-from .budget import DICT_VIEWS, ITEM_STEPS
-from .collisions import SALT, check_engine_table
-from .limits import (charge, check_collection_size, check_deadline, check_string_size,
-                     current_limits, current_render)
-from .markup import Markup
-from .markup import escape as _escape
-from .methods import STR_STAND_INS
-from .runtime import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner, LazySequence,
-                      Namespace, Undefined, pass_environment)
+from ...exceptions import FilterArgumentError
+from ...budget import DICT_VIEWS, ITEM_STEPS
+from ...collisions import SALT, check_engine_table
+from ...limits import (charge, check_collection_size, check_deadline, check_string_size,
+                       current_limits, current_render)
+from ..markup import Markup
+from ..markup import escape as _escape
+from ..methods import STR_STAND_INS
+from ..objects import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner, LazySequence,
+                       Namespace, Undefined, pass_environment)
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -901,7 +901,7 @@ _PLAIN_DUMPS: List[Callable[..., Any]] = []
 
 
 def _load_plain_dumps() -> Callable[..., Any]:
-    from .jsonfast import plain_dumps
+    from .tojson import plain_dumps
 
     _PLAIN_DUMPS[:] = [plain_dumps]
     return plain_dumps
@@ -957,7 +957,7 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
 
 
 class LoadedOnUse:
-    """The entry of :data:`FILTERS` for a filter of :mod:`minijinja_py.filters_more`, which is
+    """The entry of :data:`FILTERS` for a filter of :mod:`minijinja_py.runtime.filters.rare`, which is
     imported when the filter is first compiled into a template (:meth:`load`, called by the
     compiler) or called through this entry. ``jinja_pass_arg`` is the function's, known
     without loading it (a test checks each against the function)."""
@@ -978,7 +978,7 @@ class LoadedOnUse:
         """The filter's function (importing filters_more the first time)."""
         function = self._function
         if function is None:
-            from . import filters_more
+            from . import rare as filters_more
 
             function = self._function = getattr(filters_more, self.function_name)
         return function

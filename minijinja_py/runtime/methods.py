@@ -15,11 +15,11 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from .exceptions import SecurityError
-from .collisions import (HASHED, check_lookups, check_mapping_method, check_set_method,
-                         checked_fromkeys)
-from .limits import (charge, check_collection_size, check_comparable, check_repeat_size,
-                     check_string_size)
+from ..exceptions import SecurityError
+from ..collisions import (HASHED, check_lookups, check_mapping_method, check_set_method,
+                          checked_fromkeys)
+from ..limits import (charge, check_collection_size, check_comparable, check_repeat_size,
+                      check_string_size)
 
 try:  # CPython's helper that string.Formatter uses to split "a.b[c]"
     from _string import formatter_field_name_split
@@ -54,13 +54,13 @@ def _formatter_class(escaping: bool) -> Any:
 
         def convert_field(self, value: Any, conversion: Any) -> Any:
             if (conversion == "r" or conversion == "a") and isinstance(value, str):
-                from .filters import _escaped_size
+                from .filters.common import _escaped_size
 
                 # a repr escapes control characters: up to ten times longer
                 check_string_size(self.built + _escaped_size(
                     value, "repr" if conversion == "r" else "ascii"))
             elif conversion is not None:
-                from .filters import check_str_size
+                from .filters.common import check_str_size
 
                 check_str_size(value)
             return super().convert_field(value, conversion)
@@ -68,7 +68,7 @@ def _formatter_class(escaping: bool) -> Any:
         def format_field(self, value: Any, format_spec: str) -> Any:
             _check_format_spec(format_spec)
             if not isinstance(value, str):
-                from .filters import check_str_size
+                from .filters.common import check_str_size
 
                 check_str_size(value)  # printing it may be far larger than it is in memory
             result = format(value, format_spec)
@@ -376,7 +376,7 @@ def _int_from_bytes(value: int, data: Any, *args: Any, **kwargs: Any) -> int:
     """``int.from_bytes`` of a list of byte values (the only byte data a template has)."""
     items = list(data) if isinstance(data, (list, tuple)) else data
     if isinstance(items, list):
-        from .limits import current_limits
+        from ..limits import current_limits
 
         limits = current_limits()
         if len(items) * 2.41 > limits.max_int_digits:  # 256 ** n has 2.41 n digits

@@ -17,10 +17,10 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from .budget import size_cost
-from .collisions import check_membership
-from .limits import charge
-from .runtime import ChainableUndefined, Undefined, pass_environment
+from ..budget import size_cost
+from ..collisions import check_membership
+from ..limits import charge
+from .objects import ChainableUndefined, Undefined, pass_environment
 
 
 def _remainder(value: Any, num: Any) -> Any:
@@ -28,7 +28,7 @@ def _remainder(value: Any, num: Any) -> Any:
     formatting (``"%2000000000d" is odd``), so its size is checked first (arith.py)."""
     if type(value) is int and type(num) is int:
         return value % num
-    from .arith import apply
+    from .operators import apply
 
     return apply("%", value, num)
 
@@ -103,7 +103,7 @@ def is_float(value: Any) -> bool:
 def _text(value: Any) -> str:
     """``str(value)``, its size checked before it is built and its scan charged."""
     if type(value) is not str:
-        from .filters import check_str_size
+        from .filters.common import check_str_size
 
         check_str_size(value)
         value = str(value)

@@ -6,9 +6,9 @@ the ``%`` operator's size check), HTML (``striptags``, ``urlize``, ``urlencode``
 ``sum``, ``sort``, ``dictsort``, ``min``, ``max``, ``groupby``, ``reverse``, ``random``,
 ``pprint``). None of the corpus's 152 chat templates uses any of them, and they are half of
 the filters' bytecode: a cold start that does not need them does not load them.
-:data:`minijinja_py.filters.FILTERS` lists each as a :class:`~minijinja_py.filters.LoadedOnUse`
+:data:`minijinja_py.runtime.filters.common.FILTERS` lists each as a :class:`~minijinja_py.filters.LoadedOnUse`
 (the compiler loads the function when it compiles the filter; calling the entry calls it). The
-rules of :mod:`minijinja_py.filters` hold here: same semantics as Jinja2, sizes checked and
+rules of :mod:`minijinja_py.runtime.filters.common` hold here: same semantics as Jinja2, sizes checked and
 work charged before it is done.
 """
 
@@ -21,17 +21,16 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .exceptions import FilterArgumentError, LimitExceededError
-from .budget import CHARS_SHIFT
-from .filters import (_CONTAINERS, _HOLDERS, GroupTuple, _autoescape, _escaped_size,
-                      _estimate_text_size, _gather, _getter, _has_html, _int_width,
-                      _lower_if_str, _mapping_items, _multi_getter, _plain_str, _Regex, _text,
-                      check_str_size)
-from .limits import (charge, check_collection_size, check_deadline, check_string_size,
-                     current_limits)
-from .markup import Markup
-from .markup import escape as _escape
-from .runtime import LazySequence, Undefined, pass_environment
+from ...exceptions import FilterArgumentError, LimitExceededError
+from ...budget import CHARS_SHIFT
+from .common import (_CONTAINERS, _HOLDERS, GroupTuple, _autoescape, _escaped_size,
+                     _estimate_text_size, _gather, _getter, _has_html, _int_width, _lower_if_str,
+                     _mapping_items, _multi_getter, _plain_str, _Regex, _text, check_str_size)
+from ...limits import (charge, check_collection_size, check_deadline, check_string_size,
+                       current_limits)
+from ..markup import Markup
+from ..markup import escape as _escape
+from ..objects import LazySequence, Undefined, pass_environment
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,9 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from .budget import size_cost
-from .limits import (SET_LIKE, charge, check_collection_size, check_string_size,
-                     current_limits)
+from ..budget import size_cost
+from ..limits import SET_LIKE, charge, check_collection_size, check_string_size, current_limits
 
 BINOPS: Dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
@@ -42,7 +41,7 @@ def apply(op: str, left: Any, right: Any) -> Any:
         return result
     if op == "-" and (isinstance(left, SET_LIKE) or isinstance(right, SET_LIKE)):
         # `d.keys() - other`: a set of both sides' items (see collisions.py)
-        from .collisions import checked_set_operands
+        from ..collisions import checked_set_operands
 
         left, right = checked_set_operands([left, right], "a set difference")
     _check_before(op, left, right)
@@ -103,7 +102,7 @@ def _check_before(op: str, left: Any, right: Any) -> None:
         elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
             check_collection_size(len(left) + len(right))
     elif op == "%" and isinstance(left, _TEXT):
-        from .filters_more import check_printf_size
+        from .filters.rare import check_printf_size
 
         if not isinstance(left, str):  # bytes formatting has the same fields and widths
             left = bytes(left).decode("latin-1")

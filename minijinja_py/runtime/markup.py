@@ -25,7 +25,7 @@ def escape(value: Any) -> "Markup":
     if type(value) is str:
         text = value
     else:
-        from .filters import check_str_size
+        from .filters.common import check_str_size
 
         check_str_size(value)  # str() of a container may be far longer than it is in memory
         text = str(value)
@@ -41,7 +41,7 @@ _CHECK_ESCAPED_FROM = 4096
 
 
 def _check_escaped_size(text: str) -> None:
-    from .limits import check_string_size, current_limits
+    from ..limits import check_string_size, current_limits
 
     if len(text) * 5 <= current_limits().max_string_size:
         return
@@ -176,7 +176,7 @@ class Markup(str):
     def striptags(self) -> str:
         """Remove comments and tags, collapse whitespace, unescape entities (in linear time:
         the ``striptags`` filter's implementation)."""
-        from .filters_more import do_striptags
+        from .filters.rare import do_striptags
 
         return do_striptags(self)
 
