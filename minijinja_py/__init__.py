@@ -21,7 +21,7 @@ __version__ = "0.2.0"
 # public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
     "Environment": "environment", "Template": "environment", "chat_environment": "environment",
-    "Limits": "limits",
+    "Limits": "guard.limits",
     "Markup": "runtime.markup", "escape": "runtime.markup",
     "Undefined": "runtime.objects", "StrictUndefined": "runtime.objects",
     "ChainableUndefined": "runtime.objects", "pass_environment": "runtime.objects",
@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .chat.tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
                               UnencodableTextError)
     from .environment import Environment, Template, chat_environment
-    from .limits import Limits
+    from .guard.limits import Limits
     from .runtime.markup import Markup, escape
     from .provenance import Origin, ProvenanceResult, Run
     from .runtime.objects import ChainableUndefined, StrictUndefined, Undefined, pass_environment

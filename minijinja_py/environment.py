@@ -18,13 +18,13 @@ if TYPE_CHECKING:  # pragma: no cover
 from sys import getrecursionlimit as _getrecursionlimit
 from time import monotonic as _monotonic
 
-from . import deadline as _deadline
-from . import limits as _limits
+from .guard import deadline as _deadline
+from .guard import limits as _limits
 from .compiler.closures import Compiler, RenderContext, Scope
 from .compiler.closures import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
-from .budget import CALL_STEPS, filter_input_cost, size_cost
-from .limits import Limits
+from .guard.prices import CALL_STEPS, filter_input_cost, size_cost
+from .guard.limits import Limits
 from .gcpause import paused_gc
 from .runtime.objects import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace,
                               TemplateDict, TemplateReference, Undefined, raise_template_error,
@@ -471,7 +471,7 @@ def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int 
     global ``random`` state, which a template could otherwise observe and advance."""
     import random as _random
 
-    from .limits import charge, check_string_size
+    from .guard.limits import charge, check_string_size
     from .runtime.markup import Markup
 
     random = _random.SystemRandom()

@@ -37,10 +37,10 @@ import operator
 import re
 from bisect import bisect_right
 
-from .budget import (ITEMS_SHIFT, PROVENANCE_PART_STEPS, PROVENANCE_RUN_STEPS,
-                     PROVENANCE_STR_STEPS)
+from .guard.prices import (ITEMS_SHIFT, PROVENANCE_PART_STEPS, PROVENANCE_RUN_STEPS,
+                           PROVENANCE_STR_STEPS)
 from .exceptions import TemplateError
-from .limits import charge, check_deadline
+from .guard.limits import charge, check_deadline
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
@@ -1627,7 +1627,7 @@ def _same(value: Any) -> Any:
 def _read_once(value: Any) -> Any:
     """The items of an iterator as a list (other values as they are)."""
     if hasattr(value, "__next__") or type(value).__name__ == "LazySequence":
-        from .limits import materialise
+        from .guard.limits import materialise
 
         return materialise(value)
     return value

@@ -26,8 +26,8 @@ from .runtime.operators import apply as arith_apply
 from .runtime.objects import to_text as _to_text
 from .compiler.closures import Compiler, RenderContext, Scope, _locate
 from .exceptions import TemplateError
-from .limits import check_string_size
-from .budget import CHARS_SHIFT
+from .guard.limits import check_string_size
+from .guard.prices import CHARS_SHIFT
 from .provenance import (PFloat, PInt, PStr, derive, escape_with_origins, fill_unknown,
                          join_pieces, joined_output, mark_safe, printable, settle,
                          template_string, traced_filter)

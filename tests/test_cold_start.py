@@ -11,7 +11,7 @@ import threading
 
 import minijinja_py as mj
 from minijinja_py.syntax import regex as aot_regex, scanner
-from minijinja_py import limits
+from minijinja_py.guard import limits
 
 
 def test_shipped_regex_programs_are_what_re_compiles_now() -> None:

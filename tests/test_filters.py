@@ -25,7 +25,7 @@ from jinja2.utils import _PassArg
 
 from minijinja_py.exceptions import LimitExceededError, TemplateRuntimeError
 from minijinja_py.runtime.filters.common import FILTERS, GroupTuple
-from minijinja_py.limits import Limits, activate, deactivate
+from minijinja_py.guard.limits import Limits, activate, deactivate
 from minijinja_py.runtime.markup import Markup
 from minijinja_py.runtime.objects import (MISSING, ChainableUndefined, LazySequence, Namespace,
                                           StrictUndefined, Undefined, wants_environment)

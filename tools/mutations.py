@@ -98,107 +98,107 @@ def priced(path: str, expression: str) -> Tuple[str, ...]:
 
 # ==== the guard: limits.py ======================================================================
 _DEFAULTS = k(LIMITS, "plain and (defaults_are_documented or every_field)")
-M("limits.py", "max_range: int = 100_000,", "max_range: int = 1_000_000,", *_DEFAULTS)
-M("limits.py", "max_output_size: int = 200_000_000,", "max_output_size: int = 2_000_000_000,",
+M("guard/limits.py", "max_range: int = 100_000,", "max_range: int = 1_000_000,", *_DEFAULTS)
+M("guard/limits.py", "max_output_size: int = 200_000_000,", "max_output_size: int = 2_000_000_000,",
   *_DEFAULTS)
-M("limits.py", "max_string_size: int = 50_000_000,", "max_string_size: int = 500_000_000,",
+M("guard/limits.py", "max_string_size: int = 50_000_000,", "max_string_size: int = 500_000_000,",
   *_DEFAULTS)
-M("limits.py", "max_collection_size: int = 10_000_000,",
+M("guard/limits.py", "max_collection_size: int = 10_000_000,",
   "max_collection_size: int = 100_000_000,", *_DEFAULTS)
-M("limits.py", "max_int_digits: int = 4_300,", "max_int_digits: int = 43_000,", *_DEFAULTS)
-M("limits.py", "max_recursion: int = 100,", "max_recursion: int = 1000,", *_DEFAULTS)
-M("limits.py", "max_nesting: int = 128,", "max_nesting: int = 1280,", *_DEFAULTS)
-M("limits.py", "max_steps: int = 50_000_000,", "max_steps: int = 500_000_000,", *_DEFAULTS)
-M("limits.py", "max_source_size: int = 1_000_000,", "max_source_size: int = 10_000_000,",
+M("guard/limits.py", "max_int_digits: int = 4_300,", "max_int_digits: int = 43_000,", *_DEFAULTS)
+M("guard/limits.py", "max_recursion: int = 100,", "max_recursion: int = 1000,", *_DEFAULTS)
+M("guard/limits.py", "max_nesting: int = 128,", "max_nesting: int = 1280,", *_DEFAULTS)
+M("guard/limits.py", "max_steps: int = 50_000_000,", "max_steps: int = 500_000_000,", *_DEFAULTS)
+M("guard/limits.py", "max_source_size: int = 1_000_000,", "max_source_size: int = 10_000_000,",
   *_DEFAULTS)
-M("limits.py", "max_seconds: Optional[float] = 10.0)", "max_seconds: Optional[float] = 100.0)",
+M("guard/limits.py", "max_seconds: Optional[float] = 10.0)", "max_seconds: Optional[float] = 100.0)",
   *_DEFAULTS)
-M("limits.py", "if max_seconds is not None and not max_seconds > 0:",
+M("guard/limits.py", "if max_seconds is not None and not max_seconds > 0:",
   "if max_seconds is not None and not max_seconds >= 0:", DEADLINE + "::test_deadline_must_be_positive")
-M("limits.py", "f\"{detail} (limit Limits.{field}={getattr(self, field):,}; raise it with \"",
+M("guard/limits.py", "f\"{detail} (limit Limits.{field}={getattr(self, field):,}; raise it with \"",
   "f\"{detail} (limit Limits.{field}={getattr(self, field)}; raise it with \"",
   *k(LIMITS, "plain and message_says"))
-M("limits.py", "                             DeadlineExceededError)", "                             LimitExceededError)",
+M("guard/limits.py", "                             DeadlineExceededError)", "                             LimitExceededError)",
   DEADLINE + "::test_the_error_names_the_limit_and_how_to_raise_it")
-M("limits.py", "    if size > limits.max_string_size:", "    if size >= limits.max_string_size:",
+M("guard/limits.py", "    if size > limits.max_string_size:", "    if size >= limits.max_string_size:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "    if size > limits.max_collection_size:", "    if size >= limits.max_collection_size:",
+M("guard/limits.py", "    if size > limits.max_collection_size:", "    if size >= limits.max_collection_size:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "    if unit and count > 0:", "    if unit and count > 1:",
+M("guard/limits.py", "    if unit and count > 0:", "    if unit and count > 1:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "        charge(size >> 1)  # budget.ITEMS_SHIFT", "        charge(size >> 2)  # budget.ITEMS_SHIFT",
+M("guard/limits.py", "        charge(size >> 1)  # budget.ITEMS_SHIFT", "        charge(size >> 2)  # budget.ITEMS_SHIFT",
   PRICES)
-M("limits.py", "        charge(characters_cost(value))", "        charge(len(value) >> 1)",
+M("guard/limits.py", "        charge(characters_cost(value))", "        charge(len(value) >> 1)",
   PRICES)
-M("limits.py", "            if depth > deepest:", "            if depth > deepest + 1:",
+M("guard/limits.py", "            if depth > deepest:", "            if depth > deepest + 1:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "            if reached > limits.max_collection_size:",
+M("guard/limits.py", "            if reached > limits.max_collection_size:",
   "            if reached >= limits.max_collection_size:", *k(LIMITS, "plain and boundary"))
-M("limits.py", "            reached += sum(len(item) * paths for item, paths in below.values())",
+M("guard/limits.py", "            reached += sum(len(item) * paths for item, paths in below.values())",
   "            reached += sum(len(item) for item, paths in below.values())",
   *k(LIMITS, "plain and (boundary or shared)"))
-M("limits.py", "    for value in kwargs.values():\n        if isinstance(value, tuple):",
+M("guard/limits.py", "    for value in kwargs.values():\n        if isinstance(value, tuple):",
   "    for value in ():\n        if isinstance(value, tuple):", *k(LIMITS, "plain and boundary"))
-M("limits.py", "PYTHON_RECURSION_LIMIT + 12 * max(0, extra_recursion)",
+M("guard/limits.py", "PYTHON_RECURSION_LIMIT + 12 * max(0, extra_recursion)",
   "PYTHON_RECURSION_LIMIT + 2 * max(0, extra_recursion)", *k(LIMITS, "plain and (raised or cut_short)"))
-M("limits.py", "        if deadline is not None and _monotonic() > deadline:",
+M("guard/limits.py", "        if deadline is not None and _monotonic() > deadline:",
   "        if deadline is not None and _monotonic() > deadline + 1:",
   PARSE + "::test_scanner_looks_at_the_deadline")
-M("limits.py", "                        hashing += paths * comparison_work(item)",
+M("guard/limits.py", "                        hashing += paths * comparison_work(item)",
   "                        hashing += comparison_work(item)", *priced(COLLIDE, "plain and looked-for"))
-M("limits.py", "    return render.limits if render is not None else DEFAULT_LIMITS",
+M("guard/limits.py", "    return render.limits if render is not None else DEFAULT_LIMITS",
   "    return DEFAULT_LIMITS", *k(LIMITS, "plain and (lowered or boundary)"))
 
 M("runtime/operators.py", "    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)",
   "    if kind is int:", *k(LIMITS, "boundary"))
 
 # ==== the guard: budget.py ======================================================================
-M("budget.py", "CALL_STEPS = 30", "CALL_STEPS = 3", PRICES)
-M("budget.py", "    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS",
+M("guard/prices.py", "CALL_STEPS = 30", "CALL_STEPS = 3", PRICES)
+M("guard/prices.py", "    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS",
   "    return len(text) >> ITEMS_SHIFT", PRICES)
-M("budget.py", "        return total + _cost(tests) + max(_cost(branch) for branch in branches)",
+M("guard/prices.py", "        return total + _cost(tests) + max(_cost(branch) for branch in branches)",
   "        return total + _cost(tests) + min(_cost(branch) for branch in branches)",
   PRICES)
-M("budget.py", "        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))",
+M("guard/prices.py", "        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))",
   "        return total + _cost(node.test) + min(_cost(node.expr1), _cost(node.expr2))",
   PRICES)
-M("budget.py", "LOOP_STEPS = 2", "LOOP_STEPS = 1", PRICES)
-M("budget.py", "FILTERED_ITEM_STEPS = 5", "FILTERED_ITEM_STEPS = 1", PRICES)
-M("budget.py", "SLOW_LOOKUP_STEPS = 30", "SLOW_LOOKUP_STEPS = 3", PRICES)
-M("budget.py", "CHARS_SHIFT = 4", "CHARS_SHIFT = 5", PRICES)
-M("budget.py", "ITEMS_SHIFT = 1", "ITEMS_SHIFT = 2", PRICES)
-M("budget.py", "\"sort\": 10, \"dictsort\": 10,", "\"sort\": 1, \"dictsort\": 10,", PRICES)
-M("budget.py", "ITEM_STEPS = 30", "ITEM_STEPS = 3", PRICES)
-M("budget.py", "\"pop\": 0, \"append\": 0, \"sort\": 8,", "\"pop\": 0, \"append\": 0, \"sort\": 1,",
+M("guard/prices.py", "LOOP_STEPS = 2", "LOOP_STEPS = 1", PRICES)
+M("guard/prices.py", "FILTERED_ITEM_STEPS = 5", "FILTERED_ITEM_STEPS = 1", PRICES)
+M("guard/prices.py", "SLOW_LOOKUP_STEPS = 30", "SLOW_LOOKUP_STEPS = 3", PRICES)
+M("guard/prices.py", "CHARS_SHIFT = 4", "CHARS_SHIFT = 5", PRICES)
+M("guard/prices.py", "ITEMS_SHIFT = 1", "ITEMS_SHIFT = 2", PRICES)
+M("guard/prices.py", "\"sort\": 10, \"dictsort\": 10,", "\"sort\": 1, \"dictsort\": 10,", PRICES)
+M("guard/prices.py", "ITEM_STEPS = 30", "ITEM_STEPS = 3", PRICES)
+M("guard/prices.py", "\"pop\": 0, \"append\": 0, \"sort\": 8,", "\"pop\": 0, \"append\": 0, \"sort\": 1,",
   PRICES)
-M("budget.py", "FRESH_ITEM_STEPS = 5", "FRESH_ITEM_STEPS = 1", PRICES)
-M("budget.py", "PROVENANCE_STR_STEPS = 28", "PROVENANCE_STR_STEPS = 2", PRICES)
-M("budget.py", "PROVENANCE_RUN_STEPS = 11", "PROVENANCE_RUN_STEPS = 1", PRICES)
-M("budget.py", "PROVENANCE_PART_STEPS = 4", "PROVENANCE_PART_STEPS = 1", PRICES)
-M("budget.py", "n.Output: 4, n.Call: 5,", "n.Output: 1, n.Call: 5,", PRICES)
-M("budget.py", "    if isinstance(value, str):\n        return len(value) >> CHARS_SHIFT",
+M("guard/prices.py", "FRESH_ITEM_STEPS = 5", "FRESH_ITEM_STEPS = 1", PRICES)
+M("guard/prices.py", "PROVENANCE_STR_STEPS = 28", "PROVENANCE_STR_STEPS = 2", PRICES)
+M("guard/prices.py", "PROVENANCE_RUN_STEPS = 11", "PROVENANCE_RUN_STEPS = 1", PRICES)
+M("guard/prices.py", "PROVENANCE_PART_STEPS = 4", "PROVENANCE_PART_STEPS = 1", PRICES)
+M("guard/prices.py", "n.Output: 4, n.Call: 5,", "n.Output: 1, n.Call: 5,", PRICES)
+M("guard/prices.py", "    if isinstance(value, str):\n        return len(value) >> CHARS_SHIFT",
   "    if isinstance(value, str):\n        return 0", PRICES)
-M("budget.py", "    if isinstance(value, _SIZED_CONTAINERS):\n        return len(value) >> ITEMS_SHIFT",
+M("guard/prices.py", "    if isinstance(value, _SIZED_CONTAINERS):\n        return len(value) >> ITEMS_SHIFT",
   "    if isinstance(value, _SIZED_CONTAINERS):\n        return 0", PRICES)
-M("budget.py", "_SELF_CHARGED = {n.For: (\"iter\",),", "_SELF_CHARGED = {n.For: (),",
+M("guard/prices.py", "_SELF_CHARGED = {n.For: (\"iter\",),", "_SELF_CHARGED = {n.For: (),",
   PRICES)
-M("budget.py", "    \"reverse\": 1, \"string\": 0,", "    \"reverse\": 0, \"string\": 0,", PRICES)
+M("guard/prices.py", "    \"reverse\": 1, \"string\": 0,", "    \"reverse\": 0, \"string\": 0,", PRICES)
 
 # ==== the guard: deadline.py ====================================================================
 _DEADLINE = k(DEADLINE, "plain")
-M("deadline.py", "TICK = 0.05", "TICK = 2", *_DEADLINE)
-M("deadline.py", "                render.expire()\n", "                pass\n", *_DEADLINE)
-M("deadline.py", "IDLE_EXIT = 5.0", "IDLE_EXIT = 500.0", *_DEADLINE)
-M("deadline.py", "    elif seconds < TICK:\n        _wake_up()", "    elif seconds < TICK:\n        pass",
+M("guard/deadline.py", "TICK = 0.05", "TICK = 2", *_DEADLINE)
+M("guard/deadline.py", "                render.expire()\n", "                pass\n", *_DEADLINE)
+M("guard/deadline.py", "IDLE_EXIT = 5.0", "IDLE_EXIT = 500.0", *_DEADLINE)
+M("guard/deadline.py", "    elif seconds < TICK:\n        _wake_up()", "    elif seconds < TICK:\n        pass",
   *_DEADLINE)
-M("deadline.py", "            if now >= deadline:", "            if now > deadline:", *_DEADLINE,
+M("guard/deadline.py", "            if now >= deadline:", "            if now > deadline:", *_DEADLINE,
   equivalent="the watchdog meets a deadline equal to the clock's reading again at its next "
              "reading, nanoseconds later (the wait is zero: it does not sleep)")
-M("deadline.py", "    _running = False\n    _lock = _thread.allocate_lock()",
+M("guard/deadline.py", "    _running = False\n    _lock = _thread.allocate_lock()",
   "    _lock = _thread.allocate_lock()", *_DEADLINE)
-M("deadline.py", "            elif deadline < nearest:\n                nearest = deadline",
+M("guard/deadline.py", "            elif deadline < nearest:\n                nearest = deadline",
   "            elif deadline < nearest:\n                pass", *_DEADLINE)
-M("deadline.py", "                _active.pop(id(render), None)\n            elif",
+M("guard/deadline.py", "                _active.pop(id(render), None)\n            elif",
   "                pass\n            elif", *_DEADLINE)
 
 # ==== the sandbox: sandbox.py, runtime.py's host-method wrapper ================================
@@ -360,52 +360,52 @@ M("runtime/filters/rare.py", "                    total += int(part) if len(part
 # ==== collisions.py =============================================================================
 _COLLIDE_HOSTILE = k(COLLIDE, "plain and hostile")
 _COLLIDE_QUICK = k(COLLIDE, "plain and not hostile")
-M("collisions.py", "PROBES_SHIFT = 3", "PROBES_SHIFT = 6", *priced(COLLIDE, "plain"))
-M("collisions.py", "SINGLE_CALL_SHIFT = 4", "SINGLE_CALL_SHIFT = 1", *priced(COLLIDE, "plain"))
-M("collisions.py", "COLLIDING_BITS = 61", "COLLIDING_BITS = 62", *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "        flags = _NUMBER | _COLLIDING if bits >= COLLIDING_BITS else _NUMBER\n        return flags, 1 + (bits >> INT_BITS_SHIFT)",
+M("guard/collisions.py", "PROBES_SHIFT = 3", "PROBES_SHIFT = 6", *priced(COLLIDE, "plain"))
+M("guard/collisions.py", "SINGLE_CALL_SHIFT = 4", "SINGLE_CALL_SHIFT = 1", *priced(COLLIDE, "plain"))
+M("guard/collisions.py", "COLLIDING_BITS = 61", "COLLIDING_BITS = 62", *priced(COLLIDE, "plain and not hostile"))
+M("guard/collisions.py", "        flags = _NUMBER | _COLLIDING if bits >= COLLIDING_BITS else _NUMBER\n        return flags, 1 + (bits >> INT_BITS_SHIFT)",
   "        flags = _NUMBER\n        return flags, 1 + (bits >> INT_BITS_SHIFT)", *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "    if isinstance(key, float):\n        return _NUMBER, 1", "    if isinstance(key, float):\n        return 0, 1",
+M("guard/collisions.py", "    if isinstance(key, float):\n        return _NUMBER, 1", "    if isinstance(key, float):\n        return 0, 1",
   *priced(COLLIDE, "plain"))
-M("collisions.py", "        if len(items) > 1:\n            flags |= _COLLIDING", "        if len(items) > 2:\n            flags |= _COLLIDING",
+M("guard/collisions.py", "        if len(items) > 1:\n            flags |= _COLLIDING", "        if len(items) > 2:\n            flags |= _COLLIDING",
   *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "    if kind is range:  # hashed as the tuple (length, start, step): solvable, as ints are\n        return _classify_tuple((key.start, key.stop, key.step), memo)\n    return 0, 1",
+M("guard/collisions.py", "    if kind is range:  # hashed as the tuple (length, start, step): solvable, as ints are\n        return _classify_tuple((key.start, key.stop, key.step), memo)\n    return 0, 1",
   "    return 0, 1", *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "        if -_LIGHT_INT < lowest and highest < _LIGHT_INT:\n            if not salted:\n                return count, count, count",
+M("guard/collisions.py", "        if -_LIGHT_INT < lowest and highest < _LIGHT_INT:\n            if not salted:\n                return count, count, count",
   "        if -_LIGHT_INT < lowest and highest < _LIGHT_INT:\n            if not salted:\n                return count, 0, 0",
   *priced(COLLIDE, "plain"))
-M("collisions.py", "        return (count, 0, 0) if salted else (count, count, count)",
+M("guard/collisions.py", "        return (count, 0, 0) if salted else (count, count, count)",
   "        return (count, 0, 0)", *priced(COLLIDE, "plain"))
-M("collisions.py", "    if steps > ceiling:\n        raise current_limits().exceeded(",
+M("guard/collisions.py", "    if steps > ceiling:\n        raise current_limits().exceeded(",
   "    if steps > ceiling * 16:\n        raise current_limits().exceeded(", *priced(COLLIDE, "plain"))
-M("collisions.py", "    work = weight + steered_weight * (held + steered) if steered else weight",
+M("guard/collisions.py", "    work = weight + steered_weight * (held + steered) if steered else weight",
   "    work = weight + steered_weight if steered else weight", *priced(COLLIDE, "plain"))
-M("collisions.py", "    if probes <= UNSALTED_PROBES:", "    if True:",
+M("guard/collisions.py", "    if probes <= UNSALTED_PROBES:", "    if True:",
   *priced(COLLIDE, "plain and (unique or ordinary)"))
-M("collisions.py", "            return (weight * (1 + len(table))) >> PROBES_SHIFT",
+M("guard/collisions.py", "            return (weight * (1 + len(table))) >> PROBES_SHIFT",
   "            return weight >> PROBES_SHIFT", *priced(COLLIDE, "plain"))
-M("collisions.py", "    _settle(count * (1 + len(table)),", "    _settle(count,", *priced(COLLIDE, "plain and translate"))
-M("collisions.py", "            work += weight + steered_weight * (len(other) + steered)",
+M("guard/collisions.py", "    _settle(count * (1 + len(table)),", "    _settle(count,", *priced(COLLIDE, "plain and translate"))
+M("guard/collisions.py", "            work += weight + steered_weight * (len(other) + steered)",
   "            work += weight", *priced(COLLIDE, "plain and set"))
-M("collisions.py", "    partner = 2 * len(table)", "    partner = 0", *priced(COLLIDE, "plain"))
-M("collisions.py", "    check_table(_pair_keys(pairs), held, what)\n    return pairs",
+M("guard/collisions.py", "    partner = 2 * len(table)", "    partner = 0", *priced(COLLIDE, "plain"))
+M("guard/collisions.py", "    check_table(_pair_keys(pairs), held, what)\n    return pairs",
   "    return pairs", *priced(COLLIDE, "plain and pairs"))
-M("collisions.py", "    check_table(keys, 0, \"dict.fromkeys()\")", "    pass", *priced(COLLIDE, "plain and fromkeys"))
-M("collisions.py", "            total += weight + steered_weight * steered if steered else 0",
+M("guard/collisions.py", "    check_table(keys, 0, \"dict.fromkeys()\")", "    pass", *priced(COLLIDE, "plain and fromkeys"))
+M("guard/collisions.py", "            total += weight + steered_weight * steered if steered else 0",
   "            total += weight", *priced(COLLIDE, "plain and literal"))
-M("collisions.py", "    return not steered or (weight + steered_weight * steered) >> PROBES_SHIFT <= _ceiling()",
+M("guard/collisions.py", "    return not steered or (weight + steered_weight * steered) >> PROBES_SHIFT <= _ceiling()",
   "    return True", *priced(COLLIDE, "plain and literal"))
-M("collisions.py", "        args = (dict_source(args[0], len(owner), \"dict.update()\"),) + tuple(args[1:])",
+M("guard/collisions.py", "        args = (dict_source(args[0], len(owner), \"dict.update()\"),) + tuple(args[1:])",
   "        pass", *priced(COLLIDE, "plain and update"))
-M("collisions.py", "    if name in (\"add\", \"remove\", \"discard\"):\n        if args:\n            check_lookup(args[0], owner)",
+M("guard/collisions.py", "    if name in (\"add\", \"remove\", \"discard\"):\n        if args:\n            check_lookup(args[0], owner)",
   "    if name in (\"add\", \"remove\", \"discard\"):\n        if args:\n            pass",
   *priced(COLLIDE, "plain"))
-M("collisions.py", "    if name in (\"get\", \"pop\", \"setdefault\", \"__contains__\", \"__getitem__\"):\n        if args:\n            check_lookup(args[0], owner)",
+M("guard/collisions.py", "    if name in (\"get\", \"pop\", \"setdefault\", \"__contains__\", \"__getitem__\"):\n        if args:\n            check_lookup(args[0], owner)",
   "    if name in (\"get\", \"pop\", \"setdefault\", \"__contains__\", \"__getitem__\"):\n        if args:\n            pass",
   *priced(COLLIDE, "plain and (get or setdefault)"))
-M("collisions.py", "STR_HASH_SECRET = os.environ.get(\"PYTHONHASHSEED\", \"random\") == \"random\"",
+M("guard/collisions.py", "STR_HASH_SECRET = os.environ.get(\"PYTHONHASHSEED\", \"random\") == \"random\"",
   "STR_HASH_SECRET = True", *priced(COLLIDE, "plain"))
-M("collisions.py", "            if steered_weight * (held + steered) > ceiling:\n                    break",
+M("guard/collisions.py", "            if steered_weight * (held + steered) > ceiling:\n                    break",
   "            if False:\n                    break", *priced(COLLIDE, "plain"),
   equivalent="the early stop only saves the census's time: its caller refuses the work "
              "either way (the counted part alone is already over the ceiling)")

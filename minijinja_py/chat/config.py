@@ -95,7 +95,7 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _template_char_cap() -> int:
-    from ..limits import Limits
+    from ..guard.limits import Limits
 
     return Limits().max_source_size
 

@@ -40,13 +40,13 @@ from ..exceptions import (LimitExceededError, TemplateAssertionError, TemplateEr
                           TemplateRuntimeError, TemplateSyntaxError, TemplateTypeError,
                           wrap_python_error)
 from ..runtime.operators import apply as arith_apply
-from ..budget import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
-                      FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
-                      SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
-from ..collisions import (STR_HASH_SECRET, check_compared, check_lookup, check_membership,
-                          check_table, literal_allowed, literal_steps, lookup_steps)
-from ..limits import (check_comparable, check_stored_tuples, check_string_size, check_tuple_depth,
-                      materialise)
+from ..guard.prices import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
+                            FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
+                            SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
+from ..guard.collisions import (STR_HASH_SECRET, check_compared, check_lookup, check_membership,
+                                check_table, literal_allowed, literal_steps, lookup_steps)
+from ..guard.limits import (check_comparable, check_stored_tuples, check_string_size,
+                            check_tuple_depth, materialise)
 from ..runtime.methods import METHODS, MUTATORS
 from .symbols import analyse_frame
 from ..runtime.sandbox import DIRECT_ATTRIBUTES, dict_item_only

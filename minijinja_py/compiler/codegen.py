@@ -31,8 +31,8 @@ import re
 import sys
 from functools import partial
 
-from ..budget import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
-from ..collisions import lookup_steps
+from ..guard.prices import CHARS_SHIFT, ITEMS_SHIFT, SLOW_LOOKUP_STEPS
+from ..guard.collisions import lookup_steps
 from .specs import (Add, And, Body, Break, Call, Concat, Cond, Const, Contains, Continue, Define,
                     DictGet, DirectAttribute, EqStr, Filter, If, Index, IntCompare, IntOp, Local,
                     Lookup, Name, Not, Or, Print, PrintParts, Set, SetNamespace, StrMethod,

@@ -146,7 +146,7 @@ class _Folder:
         return [self.value(item) for item in node.items]
 
     def fold_DictLit(self, node: n.Node) -> "Any":
-        from ..collisions import check_table
+        from ..guard.collisions import check_table
 
         pairs = [(self.value(key), self.value(item)) for key, item in node.pairs]
         check_table([key for key, _ in pairs])  # refused: evaluated (and refused) at render
@@ -183,7 +183,7 @@ class _Folder:
         return self.value(node.expr2)
 
     def fold_Compare(self, node: n.Node) -> "Any":
-        from ..collisions import check_compared, check_membership
+        from ..guard.collisions import check_compared, check_membership
 
         left = self.value(node.expr)
         result = True

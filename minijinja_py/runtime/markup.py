@@ -41,7 +41,7 @@ _CHECK_ESCAPED_FROM = 4096
 
 
 def _check_escaped_size(text: str) -> None:
-    from ..limits import check_string_size, current_limits
+    from ..guard.limits import check_string_size, current_limits
 
     if len(text) * 5 <= current_limits().max_string_size:
         return

@@ -16,10 +16,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
 from ..exceptions import SecurityError
-from ..collisions import (HASHED, check_lookups, check_mapping_method, check_set_method,
-                          checked_fromkeys)
-from ..limits import (charge, check_collection_size, check_comparable, check_repeat_size,
-                      check_string_size)
+from ..guard.collisions import (HASHED, check_lookups, check_mapping_method, check_set_method,
+                                checked_fromkeys)
+from ..guard.limits import (charge, check_collection_size, check_comparable, check_repeat_size,
+                            check_string_size)
 
 try:  # CPython's helper that string.Formatter uses to split "a.b[c]"
     from _string import formatter_field_name_split
@@ -376,7 +376,7 @@ def _int_from_bytes(value: int, data: Any, *args: Any, **kwargs: Any) -> int:
     """``int.from_bytes`` of a list of byte values (the only byte data a template has)."""
     items = list(data) if isinstance(data, (list, tuple)) else data
     if isinstance(items, list):
-        from ..limits import current_limits
+        from ..guard.limits import current_limits
 
         limits = current_limits()
         if len(items) * 2.41 > limits.max_int_digits:  # 256 ** n has 2.41 n digits

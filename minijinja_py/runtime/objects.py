@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from types import MappingProxyType
 
 from ..exceptions import SecurityError, TemplateRuntimeError, UndefinedError
-from ..limits import SET_LIKE
+from ..guard.limits import SET_LIKE
 
 
 #: Values compared item by item, recursively (see limits.check_comparable).
@@ -250,7 +250,7 @@ class MutatorMethod(BoundMethod):
     __slots__ = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from ..limits import check_stored_tuples
+        from ..guard.limits import check_stored_tuples
 
         check_stored_tuples(args, kwargs)
         return self.function(self.owner, *args, **kwargs)
@@ -263,7 +263,7 @@ class Namespace:
 
     def __init__(self, /, *args: Any, **kwargs: Any) -> None:
         if args:  # `namespace(d)`: a dict built from the template's values
-            from ..collisions import checked_dict
+            from ..guard.collisions import checked_dict
 
             self._attrs: Dict[str, Any] = checked_dict(args, kwargs, "namespace()")
         else:
@@ -321,12 +321,12 @@ class TemplateDict:
     template_attributes = frozenset({"fromkeys"})
 
     def __call__(self, *args: Any, **kwargs: Any) -> dict:
-        from ..collisions import checked_dict
+        from ..guard.collisions import checked_dict
 
         return checked_dict(args, kwargs)
 
     def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
-        from ..collisions import checked_fromkeys
+        from ..guard.collisions import checked_fromkeys
 
         return checked_fromkeys(args[0] if args else [], *args[1:], **kwargs)
 
@@ -445,7 +445,7 @@ class LoopContext:
 
     def changed(self, *value: Any) -> bool:
         if any(isinstance(item, _CONTAINERS) for item in value):
-            from ..collisions import check_compared  # containers compared: bounded first
+            from ..guard.collisions import check_compared  # containers compared: bounded first
 
             check_compared(value, self._last_changed)
         if self._last_changed != value:
@@ -612,7 +612,7 @@ class HostMethod:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         owner = getattr(self.method, "__self__", None)
         if isinstance(owner, _HASHING_OWNERS):  # `d.keys().isdisjoint(x)`: hashes x
-            from ..collisions import check_host_method
+            from ..guard.collisions import check_host_method
 
             args = check_host_method(owner, self.name, args)
         return self.method(*args, **kwargs)

@@ -16,8 +16,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from ..budget import size_cost
-from ..limits import SET_LIKE, charge, check_collection_size, check_string_size, current_limits
+from ..guard.prices import size_cost
+from ..guard.limits import (SET_LIKE, charge, check_collection_size, check_string_size,
+                            current_limits)
 
 BINOPS: Dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
@@ -41,7 +42,7 @@ def apply(op: str, left: Any, right: Any) -> Any:
         return result
     if op == "-" and (isinstance(left, SET_LIKE) or isinstance(right, SET_LIKE)):
         # `d.keys() - other`: a set of both sides' items (see collisions.py)
-        from ..collisions import checked_set_operands
+        from ..guard.collisions import checked_set_operands
 
         left, right = checked_set_operands([left, right], "a set difference")
     _check_before(op, left, right)

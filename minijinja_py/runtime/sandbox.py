@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-from ..collisions import HASHED, check_lookup
+from ..guard.collisions import HASHED, check_lookup
 from ..exceptions import SecurityError
 from .methods import METHODS, MUTATORS, method_table, plain_value
 from .objects import (FORMAT_METHODS, MISSING, BlockReference, BoundMethod, Cycler, FormatMethod,
@@ -231,7 +231,7 @@ _DEFAULT = Sandbox(True, Undefined)
 def current_sandbox() -> Sandbox:
     """The sandbox of the render in progress (its RenderContext's, found where the limits
     find it: the render in progress on this thread), an immutable default outside a render."""
-    from ..limits import current_render
+    from ..guard.limits import current_render
 
     sandbox = getattr(current_render(), "sandbox", None)
     return sandbox if sandbox is not None else _DEFAULT

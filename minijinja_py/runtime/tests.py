@@ -17,9 +17,9 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict
 
-from ..budget import size_cost
-from ..collisions import check_membership
-from ..limits import charge
+from ..guard.prices import size_cost
+from ..guard.collisions import check_membership
+from ..guard.limits import charge
 from .objects import ChainableUndefined, Undefined, pass_environment
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Container, List, Optional, Sequence, Tuple
 
 from ..exceptions import TemplateAssertionError, TemplateSyntaxError
-from ..limits import check_deadline
+from ..guard.limits import check_deadline
 
 # scanner token type -> Jinja2 token type (Jinja2 lexes keywords as names)
 _TYPES = {

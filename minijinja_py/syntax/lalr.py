@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 if TYPE_CHECKING:  # pragma: no cover
     Token = Tuple[str, str, int]  # (type, text, offset), as the scanner makes them
 
-from ..limits import check_deadline
+from ..guard.limits import check_deadline
 
 TABLES_FILE = "_lalr_tables.py"
 TRACE_TOKENS = 64  # tags up to this many tokens have their parse moves remembered...

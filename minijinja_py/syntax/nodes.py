@@ -10,7 +10,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Iterator, List, Tuple
 
-from ..limits import check_deadline
+from ..guard.limits import check_deadline
 
 
 class Node:

@@ -30,7 +30,7 @@ from . import lalr
 from . import nodes as n
 from ..gcpause import GC_PAUSE_SOURCE, PausedGC
 from ..exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
-from ..limits import check_deadline
+from ..guard.limits import check_deadline
 from .scanner import (BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineIndex, Segment,
                       line_number, scan)
 

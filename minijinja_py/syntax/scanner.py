@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .regex import compile as _compile_re  # re.compile, without its cost (see there)
 from ..exceptions import LimitExceededError, TemplateSyntaxError
-from ..limits import check_deadline
+from ..guard.limits import check_deadline
 
 #: Tags and tokens read between two looks at the parse deadline (Limits.max_seconds): a look
 #: reads the clock, about as costly as reading a token.

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import deadline as watchdog
+from minijinja_py.guard import deadline as watchdog
 
 from security_support import run_forked, run_isolated
 

@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import limits
+from minijinja_py.guard import limits
 from minijinja_py.compiler import symbols
 from minijinja_py.syntax import lalr, parser, scanner
 from minijinja_py.exceptions import DeadlineExceededError

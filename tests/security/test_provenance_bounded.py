@@ -131,7 +131,7 @@ def test_the_runs_of_the_output_are_paid_for_within_the_render() -> None:
     """The record of the output, and the Run objects a caller reads from it, are paid for by
     the render that made them (so a render whose output has more runs than its budget pays for
     is refused with LimitExceededError, never by the memory its Run objects take later)."""
-    from minijinja_py.budget import PROVENANCE_RUN_STEPS
+    from minijinja_py.guard.prices import PROVENANCE_RUN_STEPS
 
     copies = 20000  # 40,000 runs: a source change every character
     printed = _steps_needed("{{ (x ~ 'a') * %d }}" % copies, x="b")

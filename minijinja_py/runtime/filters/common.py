@@ -14,7 +14,7 @@ Jinja2 hands back a one-shot generator (``map``, ``select``, ``reject``, ``selec
 and is not JSON, exactly as in Jinja2.
 
 Filters that can build a large string or list check the size against the render's limits
-before building it (see :mod:`minijinja_py.limits`), escaping included (a ``repr`` or JSON
+before building it (see :mod:`minijinja_py.guard.limits`), escaping included (a ``repr`` or JSON
 of control characters, Markup's ``&amp;``). Filters that run Python code per word, tag,
 entity, line or ``%`` field (``title``, ``wordwrap``, ``striptags``, ``urlize``, ``format``,
 ``wordcount``, ``indent``, ``join``, ``slice``...) charge steps for that work themselves with
@@ -37,10 +37,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ...exceptions import FilterArgumentError
-from ...budget import DICT_VIEWS, ITEM_STEPS
-from ...collisions import SALT, check_engine_table
-from ...limits import (charge, check_collection_size, check_deadline, check_string_size,
-                       current_limits, current_render)
+from ...guard.prices import DICT_VIEWS, ITEM_STEPS
+from ...guard.collisions import SALT, check_engine_table
+from ...guard.limits import (charge, check_collection_size, check_deadline, check_string_size,
+                             current_limits, current_render)
 from ..markup import Markup
 from ..markup import escape as _escape
 from ..methods import STR_STAND_INS

@@ -22,12 +22,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ...exceptions import FilterArgumentError, LimitExceededError
-from ...budget import CHARS_SHIFT
+from ...guard.prices import CHARS_SHIFT
 from .common import (_CONTAINERS, _HOLDERS, GroupTuple, _autoescape, _escaped_size,
                      _estimate_text_size, _gather, _getter, _has_html, _int_width, _lower_if_str,
                      _mapping_items, _multi_getter, _plain_str, _Regex, _text, check_str_size)
-from ...limits import (charge, check_collection_size, check_deadline, check_string_size,
-                       current_limits)
+from ...guard.limits import (charge, check_collection_size, check_deadline, check_string_size,
+                             current_limits)
 from ..markup import Markup
 from ..markup import escape as _escape
 from ..objects import LazySequence, Undefined, pass_environment

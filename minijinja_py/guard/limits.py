@@ -15,7 +15,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs millisecon
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Optional
 
-from .exceptions import DeadlineExceededError, LimitExceededError
+from ..exceptions import DeadlineExceededError, LimitExceededError
 
 _monotonic = time.monotonic
 
@@ -225,7 +225,7 @@ def materialise(value: Any) -> list:
         return list(value)
     check_collection_size(size)
     if isinstance(value, str):
-        from .budget import characters_cost
+        from .prices import characters_cost
 
         charge(characters_cost(value))
     else:

@@ -23,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Iterable, Optional
 
-from .syntax import nodes as n
+from ..syntax import nodes as n
 
 #: Steps per AST node executed: most nodes cost about a tenth of a microsecond; calls,
 #: filters and printing cost more. Literals are free (they are constants at run time).

@@ -12,7 +12,7 @@ Why a thread and not a clock read per check: reading the clock on every loop ite
 more than the iteration itself in the simplest loops; a flag written by another thread costs
 nothing. Why not a signal: signals only reach the main thread, and servers render in workers.
 
-Long parses and Python loops inside filters call :func:`minijinja_py.limits.check_deadline`
+Long parses and Python loops inside filters call :func:`minijinja_py.guard.limits.check_deadline`
 instead (a clock read), every few hundred items.
 
 The watchdog starts with the first render, sleeps until the nearest deadline (at most

@@ -50,8 +50,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, Iterable, List, Tuple
 
-from .limits import (SET_LIKE, charge, check_collection_size, check_comparable,
-                     check_deadline, current_limits)
+from .limits import (SET_LIKE, charge, check_collection_size, check_comparable, check_deadline,
+                     current_limits)
 
 #: Probes of a hash table per step: a probe (a slot read; with an equal hash a key
 #: comparison of weight 1) costs 5-15 ns here, a step about 100 ns.
