@@ -156,10 +156,10 @@ M("runtime/operators.py", "    if isinstance(result, int):  # (a provenance rend
 M("guard/prices.py", "CALL_STEPS = 30", "CALL_STEPS = 3", PRICES)
 M("guard/prices.py", "    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS",
   "    return len(text) >> ITEMS_SHIFT", PRICES)
-M("guard/prices.py", "        return total + _cost(tests) + max(_cost(branch) for branch in branches)",
+M("compiler/cost.py", "        return total + _cost(tests) + max(_cost(branch) for branch in branches)",
   "        return total + _cost(tests) + min(_cost(branch) for branch in branches)",
   PRICES)
-M("guard/prices.py", "        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))",
+M("compiler/cost.py", "        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))",
   "        return total + _cost(node.test) + min(_cost(node.expr1), _cost(node.expr2))",
   PRICES)
 M("guard/prices.py", "LOOP_STEPS = 2", "LOOP_STEPS = 1", PRICES)
@@ -175,12 +175,12 @@ M("guard/prices.py", "FRESH_ITEM_STEPS = 5", "FRESH_ITEM_STEPS = 1", PRICES)
 M("guard/prices.py", "PROVENANCE_STR_STEPS = 28", "PROVENANCE_STR_STEPS = 2", PRICES)
 M("guard/prices.py", "PROVENANCE_RUN_STEPS = 11", "PROVENANCE_RUN_STEPS = 1", PRICES)
 M("guard/prices.py", "PROVENANCE_PART_STEPS = 4", "PROVENANCE_PART_STEPS = 1", PRICES)
-M("guard/prices.py", "n.Output: 4, n.Call: 5,", "n.Output: 1, n.Call: 5,", PRICES)
+M("compiler/cost.py", "n.Output: 4, n.Call: 5,", "n.Output: 1, n.Call: 5,", PRICES)
 M("guard/prices.py", "    if isinstance(value, str):\n        return len(value) >> CHARS_SHIFT",
   "    if isinstance(value, str):\n        return 0", PRICES)
 M("guard/prices.py", "    if isinstance(value, _SIZED_CONTAINERS):\n        return len(value) >> ITEMS_SHIFT",
   "    if isinstance(value, _SIZED_CONTAINERS):\n        return 0", PRICES)
-M("guard/prices.py", "_SELF_CHARGED = {n.For: (\"iter\",),", "_SELF_CHARGED = {n.For: (),",
+M("compiler/cost.py", "_SELF_CHARGED = {n.For: (\"iter\",),", "_SELF_CHARGED = {n.For: (),",
   PRICES)
 M("guard/prices.py", "    \"reverse\": 1, \"string\": 0,", "    \"reverse\": 0, \"string\": 0,", PRICES)
 

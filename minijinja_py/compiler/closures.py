@@ -42,7 +42,8 @@ from ..exceptions import (LimitExceededError, TemplateAssertionError, TemplateEr
 from ..runtime.operators import apply as arith_apply
 from ..guard.prices import (CALL_STEPS, CHARS_SHIFT, FILTERED_ITEM_STEPS, FRESH_ITEM_METHODS,
                             FRESH_ITEM_STEPS, ITEMS_SHIFT, LOOP_STEPS, METHOD_WEIGHTS,
-                            SLOW_LOOKUP_STEPS, body_cost, filter_input_cost, size_cost)
+                            SLOW_LOOKUP_STEPS, filter_input_cost, size_cost)
+from .cost import body_cost
 from ..guard.collisions import (STR_HASH_SECRET, check_compared, check_lookup, check_membership,
                                 check_table, literal_allowed, literal_steps, lookup_steps)
 from ..guard.limits import (check_comparable, check_stored_tuples, check_string_size,

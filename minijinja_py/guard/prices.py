@@ -4,34 +4,20 @@ Counting loop iterations alone does not bound time: one iteration may print a va
 macro, scan a 10-million-item list or upper-case a 10 MB string. So every piece of work is
 priced in steps of roughly the same cost (about a tenth of a microsecond here):
 
-* an iteration of a loop costs two steps plus its body's static cost (below);
+* an iteration of a loop costs two steps plus its body's static cost (compiler/cost.py);
 * a macro call costs :data:`CALL_STEPS` plus its body's static cost;
 * a filter, method, ``in`` test or operator whose work grows with its data costs one step per
   :data:`CHARS_PER_STEP` characters or :data:`ITEMS_PER_STEP` items it reads or builds. That
   also bounds memory: everything a render allocates was paid for, so a template cannot keep
   building large values until the process runs out of memory.
-
-The static cost of a body counts its expression and statement nodes once each (literals are
-free), taking the costliest branch of every ``if``, and leaves out bodies that are charged on
-their own when they run (nested loops, macros, call blocks). Charging it once per iteration or
-call keeps the accounting out of the evaluator's inner loops.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Iterable, Optional
+    from typing import Any, Callable, Optional
 
-from ..syntax import nodes as n
-
-#: Steps per AST node executed: most nodes cost about a tenth of a microsecond; calls,
-#: filters and printing cost more. Literals are free (they are constants at run time).
-NODE_STEPS = {
-    n.Const: 0, n.TemplateData: 0, n.Break: 0, n.Continue: 0,
-    n.Output: 4, n.Call: 5, n.Filter: 5, n.Test: 3, n.Assign: 2, n.AssignBlock: 5,
-    n.FilterBlock: 5, n.With: 3,
-}
 #: Steps for one iteration of a loop, besides its body; for each item a loop's `if` filter
 #: tests, besides the test (it runs in a scope of its own).
 LOOP_STEPS = 2
@@ -77,9 +63,6 @@ METHOD_WEIGHTS = {
     "get": 0, "keys": 0, "values": 0, "items": 0, "startswith": 0, "endswith": 0,
     "bit_length": 0, "conjugate": 0, "is_integer": 0, "pop": 0, "append": 0, "sort": 8,
 }
-
-# Bodies that charge for themselves when they run: only their header counts here.
-_SELF_CHARGED = {n.For: ("iter",), n.Macro: (), n.CallBlock: ("call",)}
 
 
 #: The views of a dict (``d.items()``...): they read and print the dict's items.
@@ -156,31 +139,3 @@ def filter_input_cost(name: str) -> Optional[Callable[[Any], int]]:
     if weight == 1:
         return size_cost
     return lambda value: size_cost(value) * weight
-
-
-def body_cost(statements: Iterable[Any]) -> int:
-    """The static cost of running ``statements`` once, in steps."""
-    return sum(_cost(statement) for statement in statements)
-
-
-def _cost(node: Any) -> int:
-    # (loops rather than sum() of generators: compiling a long template walks its bodies here)
-    if isinstance(node, (list, tuple)):
-        total = 0
-        for item in node:
-            total += _cost(item)
-        return total
-    if not isinstance(node, n.Node):
-        return 0
-    kind = type(node)
-    total = NODE_STEPS.get(kind, 1)
-    if kind is n.If:
-        branches = [node.body] + [branch.body for branch in node.elif_] + [node.else_ or []]
-        tests = [node.test] + [branch.test for branch in node.elif_]
-        return total + _cost(tests) + max(_cost(branch) for branch in branches)
-    if kind is n.CondExpr:
-        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))
-    fields = _SELF_CHARGED.get(kind)
-    for field in node.fields if fields is None else fields:
-        total += _cost(getattr(node, field))
-    return total
