@@ -25,7 +25,8 @@ _LAZY = {
     "Markup": "runtime.markup", "escape": "runtime.markup",
     "Undefined": "runtime.objects", "StrictUndefined": "runtime.objects",
     "ChainableUndefined": "runtime.objects", "pass_environment": "runtime.objects",
-    "ProvenanceResult": "provenance", "Run": "provenance", "Origin": "provenance",
+    "ProvenanceResult": "provenance.origins", "Run": "provenance.origins",
+    "Origin": "provenance.origins",
     # the chat layer (minijinja_py/chat/), above the engine
     "ChatTemplate": "chat.pipeline", "RenderResult": "chat.pipeline",
     "apply_chat_template": "chat.pipeline", "ChatTemplateValueError": "chat.pipeline",
@@ -64,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .environment import Environment, Template, chat_environment
     from .guard.limits import Limits
     from .runtime.markup import Markup, escape
-    from .provenance import Origin, ProvenanceResult, Run
+    from .provenance.origins import Origin, ProvenanceResult, Run
     from .runtime.objects import ChainableUndefined, StrictUndefined, Undefined, pass_environment
 
 
@@ -74,10 +75,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'minijinja_py' has no attribute {name!r}")
     from importlib import import_module
 
-    from .fastimport import install
+    from ._startup.fastimport import install
 
     install()  # the engine's modules load with less machinery from here on: see fastimport
-    from .gcpause import paused_gc
+    from ._startup.gcpause import paused_gc
 
     with paused_gc():  # importing creates objects that all stay alive: see gcpause
         value = getattr(import_module(f".{module_name}", __name__), name)

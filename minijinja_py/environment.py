@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import datetime as _datetime
     from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-    from .provenance import ProvenanceResult
+    from .provenance.origins import ProvenanceResult
 
 from sys import getrecursionlimit as _getrecursionlimit
 from time import monotonic as _monotonic
@@ -25,7 +25,7 @@ from .compiler.closures import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
 from .guard.prices import CALL_STEPS, filter_input_cost, size_cost
 from .guard.limits import Limits
-from .gcpause import paused_gc
+from ._startup.gcpause import paused_gc
 from .runtime.objects import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace,
                               TemplateDict, TemplateReference, Undefined, raise_template_error,
                               wants_environment)
@@ -304,7 +304,7 @@ class Template:
     def render_with_provenance(self, *args: Any, **kwargs: Any) -> "ProvenanceResult":
         """Render and say where every output character came from.
 
-        Returns a :class:`~minijinja_py.provenance.ProvenanceResult`: ``text`` (the same as
+        Returns a :class:`~minijinja_py.provenance.origins.ProvenanceResult`: ``text`` (the same as
         :meth:`render`'s), ``runs`` covering it in order, each ``(start, end, origin)`` with
         the origin "template" (line and column of the literal), "input" (a verbatim copy of
         the variable at ``origin.path``, e.g. ``messages[3].content``, from character
@@ -316,8 +316,8 @@ class Template:
         >>> [(run.start, run.end, run.origin.kind) for run in result.runs]
         [(0, 3, 'template'), (3, 5, 'derived'), (5, 7, 'template'), (7, 9, 'input')]
         """
-        from .provenance import ProvenanceResult, runs_of, wrap_variables
-        from .provenance_compiler import ProvenanceContext
+        from .provenance.origins import ProvenanceResult, runs_of, wrap_variables
+        from .provenance.compiler import ProvenanceContext
 
         compiled = self._provenance_code()
         variables = dict(*args, **kwargs)
@@ -341,7 +341,7 @@ class Template:
         compiled = getattr(self, "_provenance_compiled", None)
         if compiled is None:
             from .syntax import nodes as n
-            from .provenance_compiler import ProvenanceCompiler, locate_literals
+            from .provenance.compiler import ProvenanceCompiler, locate_literals
 
             env = self.environment
             parse_token = _limits.activate_parse(env.limits)

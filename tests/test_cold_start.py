@@ -85,7 +85,7 @@ def test_a_cold_render_loads_no_extension_module_it_can_do_without() -> None:
                      "minijinja_py.compiler.specs", "json", "json.decoder",
                      "encodings.unicode_escape"):
         assert unwanted not in loaded, unwanted
-    assert "minijinja_py.fastimport" in loaded
+    assert "minijinja_py._startup.fastimport" in loaded
 
 
 def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
@@ -119,7 +119,7 @@ def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
 _PROMOTION_CHILD = """
 import gc, sys
 import minijinja_py as mj
-from minijinja_py import gcpause
+from minijinja_py._startup import gcpause
 env = mj.chat_environment()
 if sys.argv[1] == "freeze":
     gc.freeze()
@@ -140,7 +140,7 @@ print(max(made), gc.get_stats()[0]["collections"] - before, gc.get_count()[0],
 
 
 def test_a_compile_moves_what_it_made_to_the_oldest_generation_unwalked() -> None:
-    from minijinja_py import gcpause
+    from minijinja_py._startup import gcpause
 
     def child(mode: str) -> list:
         out = subprocess.run([sys.executable, "-c", _PROMOTION_CHILD, mode],
@@ -165,7 +165,7 @@ def test_promoted_garbage_cycles_wait_for_a_full_collection() -> None:
     import gc
     import weakref
 
-    from minijinja_py import gcpause
+    from minijinja_py._startup import gcpause
 
     class Cycle:
         pass
@@ -194,7 +194,7 @@ def test_promoted_garbage_cycles_wait_for_a_full_collection() -> None:
 _REQUESTS_CHILD = """
 import gc, weakref
 import minijinja_py as mj
-from minijinja_py import gcpause
+from minijinja_py._startup import gcpause
 source = "".join("{%% if x%d %%}{{ a + 'x' + b }}{%% endif %%}" % i for i in range(100))
 class Cycle:
     pass
@@ -242,7 +242,7 @@ def test_a_cold_start_walks_nothing_it_made() -> None:
     made having been promoted (where nothing was frozen before: see above)."""
     # (the package's module, the loader's and the pause's own load before any pause)
     code = ("import gc, sys\n"
-            "import minijinja_py as mj, minijinja_py.fastimport, minijinja_py.gcpause\n"
+            "import minijinja_py as mj, minijinja_py._startup.fastimport, minijinja_py._startup.gcpause\n"
             "gc.collect()\n"
             "frozen = gc.get_freeze_count()\n"
             "before = gc.get_stats()[0]['collections']\n"

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from minijinja_py import fastimport
+from minijinja_py._startup import fastimport
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -333,7 +333,7 @@ def test_an_input_nested_deeper_than_path_depth_is_named_by_its_ancestor(level, 
 
 def test_inputs_past_the_wrapping_limit_are_kept_as_they_are():
     # (the render's limit is 10,000,000 items: the walk itself, with a small one)
-    from minijinja_py.provenance import PStr, wrap_variables
+    from minijinja_py.provenance.origins import PStr, wrap_variables
 
     wrapped = wrap_variables({"a": ["x", "y", "z"]}, limit=3)  # a, x and y: three items
     assert [type(item) is PStr for item in wrapped["a"]] == [True, True, False]

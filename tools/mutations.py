@@ -467,27 +467,27 @@ M("syntax/parse_cache.py", "        os.makedirs(directory, mode=0o700, exist_ok=
 
 # ==== provenance.py =============================================================================
 PROVENANCE = "tests/test_provenance.py"
-M("provenance.py", "            if template is None:\n                template = source",
+M("provenance/origins.py", "            if template is None:\n                template = source",
   "            if True:\n                template = source", *k(PROVENANCE, "not corpus"))
-M("provenance.py", "_FREE_RUNS = 16", "_FREE_RUNS = 1600", PRICES)
-M("provenance.py", "    charge(records * PROVENANCE_STR_STEPS + runs * PROVENANCE_RUN_STEPS)",
+M("provenance/origins.py", "_FREE_RUNS = 16", "_FREE_RUNS = 1600", PRICES)
+M("provenance/origins.py", "    charge(records * PROVENANCE_STR_STEPS + runs * PROVENANCE_RUN_STEPS)",
   "    charge(records * PROVENANCE_STR_STEPS)", *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "    if count * len(runs) > _FREE_RUNS:\n        _pay(0, count * len(runs))",
+M("provenance/origins.py", "    if count * len(runs) > _FREE_RUNS:\n        _pay(0, count * len(runs))",
   "    if count * len(runs) > _FREE_RUNS:\n        pass", *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "        _pay(sum(end - start for start, end, _, offset in self._runs if offset >= 0), 0)",
+M("provenance/origins.py", "        _pay(sum(end - start for start, end, _, offset in self._runs if offset >= 0), 0)",
   "        pass", *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "        _pay(len(pieces), 0)\n        own = self._runs", "        own = self._runs",
+M("provenance/origins.py", "        _pay(len(pieces), 0)\n        own = self._runs", "        own = self._runs",
   *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "    charge(PROVENANCE_STR_STEPS + (_parts_price(len(pieces)) if not paid else 0))",
+M("provenance/origins.py", "    charge(PROVENANCE_STR_STEPS + (_parts_price(len(pieces)) if not paid else 0))",
   "    charge(PROVENANCE_STR_STEPS)", PRICES)
-M("provenance.py", "PATH_DEPTH = 64", "PATH_DEPTH = 6400", *k(PROVENANCE, "not corpus"))
-M("provenance.py", "        return [(0, length * count, source, offset if count == 1 else -1)]",
+M("provenance/origins.py", "PATH_DEPTH = 64", "PATH_DEPTH = 6400", *k(PROVENANCE, "not corpus"))
+M("provenance/origins.py", "        return [(0, length * count, source, offset if count == 1 else -1)]",
   "        return [(0, length * count, source, offset)]", *k(PROVENANCE, "not corpus"))
-M("provenance.py", "                    shared[text, source] = char\n                    _pay(1, 0)",
+M("provenance/origins.py", "                    shared[text, source] = char\n                    _pay(1, 0)",
   "                    shared[text, source] = char", PRICES)
-M("provenance.py", "    if not text:\n        return _EMPTY\n    _pay(1, 0 if paid or len(runs) <= _FREE_RUNS else len(runs))",
+M("provenance/origins.py", "    if not text:\n        return _EMPTY\n    _pay(1, 0 if paid or len(runs) <= _FREE_RUNS else len(runs))",
   "    if not text:\n        return _EMPTY\n    _pay(1, 0)", PRICES)
-M("provenance.py", "        if remaining < 0:\n            container[slot] = value  # past the limit: kept as it is",
+M("provenance/origins.py", "        if remaining < 0:\n            container[slot] = value  # past the limit: kept as it is",
   "        if remaining < -1000:\n            container[slot] = value  # past the limit: kept as it is",
   *k(PROVENANCE, "not corpus"))
 
@@ -670,7 +670,7 @@ M("runtime/sandbox.py", "        if type(function) is Macro:  # the engine's own
   equivalent="a shortcut: a Macro has slots and no flag attribute, so the general path "
              "reads no mark and calls it the same way")
 # provenance.py
-M("provenance.py", "            named = depth < PATH_DEPTH\n            pending = []",
+M("provenance/origins.py", "            named = depth < PATH_DEPTH\n            pending = []",
   "            named = True\n            pending = []", *k(PROVENANCE, "not corpus"))
 # the two checks this round found missing (issue 43: fixed with their tests)
 M("runtime/filters/common.py", "    if size > limits.max_string_size:\n        # a value that is no container",

@@ -534,7 +534,7 @@ class ChatTemplate:
                                conversation: Any = None,
                                **template_kwargs: Any) -> "ProvenanceResult":
         """Like :meth:`render_with_spans`, and also say where every character came from: a
-        :class:`~minijinja_py.provenance.ProvenanceResult` whose ``runs`` name the template
+        :class:`~minijinja_py.provenance.origins.ProvenanceResult` whose ``runs`` name the template
         literal or the input path (``messages[2].content``, ``tools[0].function.name``,
         ``bos_token``...) of each piece of ``text`` (see
         :meth:`minijinja_py.Template.render_with_provenance`). ``text`` and

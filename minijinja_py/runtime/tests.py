@@ -5,7 +5,7 @@ name for it (``test_<name>``: Python names the function when a call is wrong, "t
 takes 1 positional argument but 2 were given"); the comparison tests (``eq``, ``lt``...) are
 Python's ``operator`` functions and return what the operator returns, and ``callable`` is
 Python's, as in Jinja2. ``filter`` and ``test`` are marked with
-:func:`~minijinja_py.runtime.pass_environment` and receive the Environment first. The public
+:func:`~minijinja_py.runtime.objects.pass_environment` and receive the Environment first. The public
 table, with Jinja2's aliases (``==``, ``equalto``, ``lessthan``...), is :data:`TESTS`.
 """
 

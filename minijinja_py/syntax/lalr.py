@@ -58,7 +58,7 @@ def read_grammar() -> str:
 
 
 def grammar_checksum(grammar: str) -> str:
-    from ..checksum import sha256
+    from .._startup.sha256 import sha256
 
     return f"{sha256(grammar.encode('utf-8')).hexdigest()[:16]}-{len(grammar)}"
 

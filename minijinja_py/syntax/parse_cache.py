@@ -49,8 +49,8 @@ import sys
 from operator import attrgetter
 
 from . import nodes as n
-from ..checksum import sha256
-from ..gcpause import PausedGC
+from .._startup.sha256 import sha256
+from .._startup.gcpause import PausedGC
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover

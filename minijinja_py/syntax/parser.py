@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import lalr
 from . import nodes as n
-from ..gcpause import GC_PAUSE_SOURCE, PausedGC
+from .._startup.gcpause import GC_PAUSE_SOURCE, PausedGC
 from ..exceptions import LimitExceededError, TemplateAssertionError, TemplateSyntaxError
 from ..guard.limits import check_deadline
 from .scanner import (BLOCK, DATA, DEADLINE_EVERY, ERROR, NAME_KINDS, VAR, LineIndex, Segment,

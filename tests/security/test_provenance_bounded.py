@@ -188,7 +188,7 @@ def test_iterating_characters_keeps_each_ones_origin() -> None:
 # -- the same attributes as the plain types ----------------------------------------------------------
 def _attribute_names() -> list:
     from minijinja_py.runtime.markup import Markup
-    from minijinja_py.provenance import PFloat, PInt, PMarkup, PStr
+    from minijinja_py.provenance.origins import PFloat, PInt, PMarkup, PStr
 
     names = set()
     for kind in (PStr, PMarkup, PInt, PFloat, str, Markup, int, float):

@@ -1,7 +1,7 @@
 """The builtin filters (``{{ value|name(args) }}``), matching Jinja2 3.1.6 as transformers runs it.
 
 Every filter is a plain function ``do_<name>(value, *args, **kwargs)``; the ones marked with
-:func:`~minijinja_py.runtime.pass_environment` get the Environment first and use it for
+:func:`~minijinja_py.runtime.objects.pass_environment` get the Environment first and use it for
 attribute/item lookups (always through ``env.sandbox``), for undefined values
 (``env.undefined``) and for calling other filters and tests by name (``map``, ``select``...).
 
@@ -10,7 +10,7 @@ Semantics follow Jinja2 with autoescaping off (the transformers setup): ``join``
 Jinja2 hands back a one-shot generator (``map``, ``select``, ``reject``, ``selectattr``,
 ``rejectattr``, ``unique``, ``items``, ``batch``, ``slice``) or a reverse iterator
 (``reverse`` of a list, tuple or dict) the filter returns a
-:class:`~minijinja_py.runtime.LazySequence`, so the value is lazy, iterable once, has no length
+:class:`~minijinja_py.runtime.objects.LazySequence`, so the value is lazy, iterable once, has no length
 and is not JSON, exactly as in Jinja2.
 
 Filters that can build a large string or list check the size against the render's limits
@@ -18,7 +18,7 @@ before building it (see :mod:`minijinja_py.guard.limits`), escaping included (a 
 of control characters, Markup's ``&amp;``). Filters that run Python code per word, tag,
 entity, line or ``%`` field (``title``, ``wordwrap``, ``striptags``, ``urlize``, ``format``,
 ``wordcount``, ``indent``, ``join``, ``slice``...) charge steps for that work themselves with
-:func:`~minijinja_py.limits.charge`, before doing it, on top of what budget.py charges by
+:func:`~minijinja_py.guard.limits.charge`, before doing it, on top of what budget.py charges by
 size; every one of them is linear in its input. The public table is :data:`FILTERS`; the
 filters chat templates rarely use live in :mod:`minijinja_py.runtime.filters.rare`, imported on first
 use.

@@ -6,7 +6,7 @@ the ``%`` operator's size check), HTML (``striptags``, ``urlize``, ``urlencode``
 ``sum``, ``sort``, ``dictsort``, ``min``, ``max``, ``groupby``, ``reverse``, ``random``,
 ``pprint``). None of the corpus's 152 chat templates uses any of them, and they are half of
 the filters' bytecode: a cold start that does not need them does not load them.
-:data:`minijinja_py.runtime.filters.common.FILTERS` lists each as a :class:`~minijinja_py.filters.LoadedOnUse`
+:data:`minijinja_py.runtime.filters.common.FILTERS` lists each as a :class:`~minijinja_py.runtime.filters.common.LoadedOnUse`
 (the compiler loads the function when it compiles the filter; calling the entry calls it). The
 rules of :mod:`minijinja_py.runtime.filters.common` hold here: same semantics as Jinja2, sizes checked and
 work charged before it is done.

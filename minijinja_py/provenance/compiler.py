@@ -21,16 +21,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 import copy
 
-from .syntax import nodes as n
-from .runtime.operators import apply as arith_apply
-from .runtime.objects import to_text as _to_text
-from .compiler.closures import Compiler, RenderContext, Scope, _locate
-from .exceptions import TemplateError
-from .guard.limits import check_string_size
-from .guard.prices import CHARS_SHIFT
-from .provenance import (PFloat, PInt, PStr, derive, escape_with_origins, fill_unknown,
-                         join_pieces, joined_output, mark_safe, printable, settle,
-                         template_string, traced_filter)
+from ..syntax import nodes as n
+from ..runtime.operators import apply as arith_apply
+from ..runtime.objects import to_text as _to_text
+from ..compiler.closures import Compiler, RenderContext, Scope, _locate
+from ..exceptions import TemplateError
+from ..guard.limits import check_string_size
+from ..guard.prices import CHARS_SHIFT
+from .origins import (PFloat, PInt, PStr, derive, escape_with_origins, fill_unknown, join_pieces,
+                      joined_output, mark_safe, printable, settle, template_string, traced_filter)
 
 
 class ProvenanceContext(RenderContext):

@@ -109,7 +109,7 @@ class PackageFinder:
 
 
 #: The finder of this package's modules, which :func:`install` puts on ``sys.meta_path``.
-FINDER = PackageFinder(__name__.rpartition(".")[0] + ".")
+FINDER = PackageFinder(__name__.partition(".")[0] + ".")  # minijinja_py. (this is in _startup/)
 
 
 def install() -> None:

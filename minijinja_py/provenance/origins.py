@@ -1,7 +1,7 @@
 """Provenance: which input, or which piece of template text, wrote each output character.
 
 A provenance render (:meth:`Template.render_with_provenance`) runs the template compiled a
-second time by :class:`provenance_compiler.ProvenanceCompiler`, over a copy of the variables in
+second time by :class:`compiler.ProvenanceCompiler`, over a copy of the variables in
 which every string is a :class:`PStr` and every number a :class:`PInt` / :class:`PFloat`: values
 that behave exactly like ``str``, ``int`` and ``float`` and also carry where their characters came
 from. The template's own string constants and text become PStr too (origin "template", with
@@ -26,7 +26,7 @@ tracked").
 Why one module of this size: the value classes (PStr, PMarkup, PInt, PFloat), the tracers of
 the filters and methods that copy text, and the results' settling all read and write one
 private representation of origins (runs, their merging and shifting); split, it would be
-public between modules. The compiler side is in provenance_compiler.py, the chat layer's uses
+public between modules. The compiler side is in compiler.py (beside this), the chat layer's uses
 of it in chat/.
 """
 
@@ -37,10 +37,10 @@ import operator
 import re
 from bisect import bisect_right
 
-from .guard.prices import (ITEMS_SHIFT, PROVENANCE_PART_STEPS, PROVENANCE_RUN_STEPS,
-                           PROVENANCE_STR_STEPS)
-from .exceptions import TemplateError
-from .guard.limits import charge, check_deadline
+from ..guard.prices import (ITEMS_SHIFT, PROVENANCE_PART_STEPS, PROVENANCE_RUN_STEPS,
+                            PROVENANCE_STR_STEPS)
+from ..exceptions import TemplateError
+from ..guard.limits import charge, check_deadline
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
@@ -438,7 +438,7 @@ def sources_of(value: Any, limit: int = 100_000) -> List[tuple]:
 
 
 def _is_undefined(value: Any) -> bool:
-    from .runtime.objects import Undefined
+    from ..runtime.objects import Undefined
 
     return isinstance(value, Undefined)
 
@@ -1402,7 +1402,7 @@ def _trace_tojson(result: Any, value: Any, ensure_ascii: bool = False, indent: A
         _json_strings(value, strings, paths, bool(sort_keys))
     except _Untraceable:
         return None
-    from .runtime.filters.common import json_parts  # the very escapers tojson used
+    from ..runtime.filters.common import json_parts  # the very escapers tojson used
 
     _, encode_basestring, encode_basestring_ascii = json_parts()
     encode_text = encode_basestring_ascii if ensure_ascii else encode_basestring
@@ -1587,7 +1587,7 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
     """The filter ``function`` returning results with origins (see :func:`settle`)."""
     tracer = FILTER_TRACERS.get(name)
     plain = _plain_of if name in _WHOLESALE_FILTERS else _same
-    from .runtime.objects import wants_environment
+    from ..runtime.objects import wants_environment
 
     # `join` is traced from its items: a one-shot iterator (`map(attribute=...)`) is read
     # into a list first, which join would do anyway
@@ -1615,7 +1615,7 @@ def traced_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]
 
 def _plain_of(value: Any) -> Any:
     """The plain value a value with origins stands for (anything else as it is)."""
-    from .runtime.methods import plain_value
+    from ..runtime.methods import plain_value
 
     return plain_value(value)
 
@@ -1627,7 +1627,7 @@ def _same(value: Any) -> Any:
 def _read_once(value: Any) -> Any:
     """The items of an iterator as a list (other values as they are)."""
     if hasattr(value, "__next__") or type(value).__name__ == "LazySequence":
-        from .guard.limits import materialise
+        from ..guard.limits import materialise
 
         return materialise(value)
     return value
@@ -1719,7 +1719,7 @@ def traced_method(function: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-from .runtime.markup import (Markup)  # noqa: E402  (after PStr: markup imports nothing of this module)
+from ..runtime.markup import (Markup)  # noqa: E402  (after PStr: markup imports nothing of this module)
 
 
 class PMarkup(Markup):
@@ -1846,7 +1846,7 @@ def escape_with_origins(value: Any) -> Any:
     """``markup.escape(value)`` whose result remembers where its characters came from: the
     characters left as they are keep their origins, an entity is derived from the character
     it replaces."""
-    from .runtime.markup import escape
+    from ..runtime.markup import escape
 
     # (a str with origins is escaped as the plain text it is: its own replace would trace)
     result = escape(str.__str__(value) if type(value) is PStr else value)
@@ -1894,7 +1894,7 @@ def _escaped_origins(result: Any, value: Any) -> Any:
 
 
 def escape_text(char: str) -> str:
-    from .runtime.markup import escape
+    from ..runtime.markup import escape
 
     return escape(char)
 
@@ -1927,8 +1927,8 @@ def _register_methods() -> None:
     """Templates call str methods on PStr (and Markup methods on PMarkup) through the
     sandbox's method table: give these classes tables of the same methods whose results get
     the origins they lack."""
-    from .runtime.methods import (_TABLE_OF_CLASS, MARKUP_METHODS, PLAIN_VALUE_OF, STR_METHODS,
-                                  STR_STAND_INS)
+    from ..runtime.methods import (_TABLE_OF_CLASS, MARKUP_METHODS, PLAIN_VALUE_OF, STR_METHODS,
+                                   STR_STAND_INS)
 
     _TABLE_OF_CLASS[PStr] = ({name: traced_method(function)
                               for name, function in STR_METHODS.items()}, str)
