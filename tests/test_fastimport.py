@@ -139,3 +139,34 @@ def test_a_fresh_process_loads_the_engine_through_the_finder():
     text, count, compiler_fast = runs[1].stdout.strip().split("|")
     assert text == '{"a": 1}12'
     assert compiler_fast == "True" and int(count) >= 10
+
+
+def test_install_loads_the_engine_folders_as_ordinary_packages():
+    """install() loads fastimport.FOLDERS (empty package __init__s every render goes
+    through) from their caches without the import system's bookkeeping; they are the packages
+    the import system would have made."""
+    code = textwrap.dedent("""
+        import importlib.util, os, sys
+        import minijinja_py
+        from minijinja_py._startup import fastimport
+        fastimport.install()
+        for folder in fastimport.FOLDERS:
+            name = "minijinja_py." + folder
+            module = sys.modules[name]
+            parent, _, child = name.rpartition(".")
+            here = os.path.join(os.path.dirname(minijinja_py.__file__), *folder.split("."))
+            print(folder, type(module.__loader__).__name__, module.__spec__.name == name,
+                  module.__path__ == [here], module.__package__ == name,
+                  module.__file__ == os.path.join(here, "__init__.py"),
+                  module.__cached__ == importlib.util.cache_from_source(module.__file__),
+                  getattr(sys.modules[parent], child) is module, bool(module.__doc__))
+    """)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, cwd=REPO, timeout=120) for _ in range(2)]  # caches first
+    assert runs[1].returncode == 0, runs[1].stderr
+    lines = runs[1].stdout.split("\n")[:-1]
+    assert [line.split()[0] for line in lines] == list(fastimport.FOLDERS)
+    for line in lines:
+        assert line.split()[1:] == ["_CachedBytecodeLoader"] + ["True"] * 7, line
