@@ -21,7 +21,7 @@ def test_shipped_regex_programs_are_what_re_compiles_now() -> None:
     shipped = PROGRAMS.get(aot_regex.engine_key())
     if shipped is not None:
         assert set(shipped) == aot_regex.requested, \
-            "a scanner pattern changed: run `python -m minijinja_py.aot_regex`"
+            "a scanner pattern changed: run `python tools/build_regex_programs.py`"
         for (pattern, flags), program in shipped.items():
             assert program == aot_regex.program(pattern, flags), pattern
     for pattern, flags in aot_regex.requested:  # shipped or not, the same Pattern as re's

@@ -19,7 +19,7 @@ def test_shipped_tables_match_the_grammar() -> None:
     rebuilt = lalr.build_tables(lalr.read_grammar(), parser.START_SYMBOLS)
     from minijinja_py.syntax._lalr_tables import TABLES as shipped
 
-    assert shipped == rebuilt, "grammar/jinja.lark changed: run `python -m minijinja_py.lalr`"
+    assert shipped == rebuilt, "grammar/jinja.lark changed: run `python tools/build_lalr_tables.py`"
 
 
 class _LarkToken(tuple):

@@ -1,6 +1,6 @@
-"""LALR tables of grammar/jinja.lark, written by ``python -m minijinja_py.lalr``:
+"""LALR tables of grammar/jinja.lark, written by ``python tools/build_lalr_tables.py``:
 do not edit. Marshal data (format 4) of a dict: format, grammar, rules, states,
-start_states, end_states (``python -m minijinja_py.lalr --show`` prints it)."""
+start_states, end_states (``python tools/build_lalr_tables.py --show`` prints it)."""
 
 from marshal import loads as _loads
 

@@ -1,5 +1,5 @@
 """Programs of the scanner's regular expressions per regex engine, written by
-``python -m minijinja_py.aot_regex``: do not edit (see aot_regex.py)."""
+``python tools/build_regex_programs.py``: do not edit (see syntax/regex.py)."""
 
 PROGRAMS = {
     '((3, 10), 20171005, 4, 4294967295, 2147483647)': {

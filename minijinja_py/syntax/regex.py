@@ -3,8 +3,8 @@
 ``re.compile`` parses and compiles a pattern in Python code (re's parser and compiler) and
 hands the resulting program to the C engine, ``_sre.compile``. For the scanner's patterns
 that took a tenth of a cold start (about 6 million instructions, over a millisecond). Their
-programs are shipped in ``_regex_programs.py``, written by ``python -m minijinja_py.aot_regex``
-under each Python it lists, and :func:`compile` hands them straight to ``_sre.compile``.
+programs are shipped in ``_regex_programs.py``, written by ``python
+tools/build_regex_programs.py`` under each Python it lists, and :func:`compile` hands them straight to ``_sre.compile``.
 
 A program is only used under the regex engine it was made for: same Python version,
 ``_sre.MAGIC`` (the program format), code size and limits. Anywhere else, or for a pattern
@@ -22,10 +22,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, Set, Tuple
 
-PROGRAMS_FILE = "_regex_programs.py"
-
 #: (pattern, flags) of every pattern compiled through :func:`compile` in this process: what
-#: ``main`` ships (see scanner.compile_all_patterns)
+#: tools/build_regex_programs.py ships (see scanner.compile_all_patterns)
 requested: "Set[Tuple[str, int]]" = set()
 _programs: "Dict[Tuple[str, int], Any]" = {}
 _loaded = False
@@ -86,44 +84,3 @@ def program(pattern: str, flags: int = 0) -> "Tuple[Any, ...]":
     # ints: re's opcodes are int subclasses whose repr is their name
     return (int(flags | parsed.state.flags), tuple(map(int, code)), parsed.state.groups - 1,
             groupindex, tuple(indexgroup))
-
-
-def programs_path() -> str:
-    import os
-
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), PROGRAMS_FILE)
-
-
-def main() -> None:  # pragma: no cover - developer tool
-    """Write the programs of the scanner's patterns for this Python into the shipped file,
-    keeping those made under other Pythons: ``python -m minijinja_py.aot_regex``."""
-    import pprint
-
-    from . import regex as aot_regex  # this file, as the scanner imported it (not as __main__)
-    from .scanner import compile_all_patterns
-
-    compile_all_patterns()
-    try:
-        from ._regex_programs import PROGRAMS as shipped
-    except ImportError:
-        shipped = {}
-    everything = dict(shipped)
-    everything[engine_key()] = {key: program(*key) for key in sorted(aot_regex.requested)}
-    lines = ['"""Programs of the scanner\'s regular expressions per regex engine, written by',
-             '``python -m minijinja_py.aot_regex``: do not edit (see aot_regex.py)."""', "",
-             "PROGRAMS = {"]
-    for key in sorted(everything):
-        lines.append(f"    {key!r}: {{")
-        for entry in sorted(everything[key].items()):
-            lines.append(f"        {pprint.saferepr(entry[0])}:")
-            lines.append(f"            {pprint.saferepr(entry[1])},")
-        lines.append("    },")
-    lines.append("}")
-    with open(programs_path(), "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-    print(f"wrote {programs_path()}: {len(everything[engine_key()])} programs for "
-          f"{engine_key()} ({len(everything)} engines)")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -85,8 +85,8 @@ def _rare(name: str) -> "re.Pattern[str]":
 
 
 def compile_all_patterns() -> None:
-    """Compile the patterns compiled on first use too (for ``python -m
-    minijinja_py.aot_regex``, which ships the programs of all of them)."""
+    """Compile the patterns compiled on first use too (for tools/build_regex_programs.py,
+    which ships the programs of all of them)."""
     for name in _RARE_PATTERNS:
         _rare(name)
 
