@@ -4,8 +4,8 @@ The extras are the heavy parts imported lazily (the Rust tokenizer, pyarrow, Ray
 calls one without it installed gets one clear error naming the command that installs it. The
 command must work however minijinja_py was installed, so it names the packages the extra
 pulls in (no package index has minijinja_py, so ``minijinja_py[tokenizers]`` resolves
-nowhere) and, for a checkout, the extra itself; ``tests/test_extras.py`` keeps the table equal to the
-``[project.optional-dependencies]`` of the installed distribution.
+nowhere) and, for a checkout, the extra itself; ``tests/test_extras.py`` keeps the table
+equal to the ``[project.optional-dependencies]`` of the installed distribution.
 """
 
 __all__ = ["EXTRA_REQUIREMENTS", "install_hint"]
