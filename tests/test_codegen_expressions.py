@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import pytest
 
@@ -397,32 +397,47 @@ def test_inline_paths_match_jinja2(source: str, hot_after: str) -> None:
         assert got == expected
 
 
-def _fits(source: str, data: Dict[str, Any], max_steps: int, hot: bool,
-          monkeypatch: pytest.MonkeyPatch) -> bool:
-    hot_from(monkeypatch, 1 if hot else float("inf"), 1 if hot else float("inf"))
-    env = mj.chat_environment(limits=mj.Limits(max_steps=max_steps))
-    try:
-        env.from_string(source).render(**data)
-        return True
-    except mj.LimitExceededError:
-        return False
-    except mj.TemplateError:
-        return True  # fails for another reason: within the budget up to that point
+def _fitting(source: str, data: Dict[str, Any], hot: bool,
+             monkeypatch: pytest.MonkeyPatch) -> Callable[[int], bool]:
+    """A function telling whether rendering ``source`` fits in a given ``max_steps``, with
+    everything generated (``hot``) or with closures only. The template is compiled once and
+    rendered again under each budget (the limits are read when a render starts), so a search
+    pays for renders, not for a compile per try."""
+    hot_after = 1 if hot else float("inf")
+    hot_from(monkeypatch, hot_after, hot_after)
+    env = mj.chat_environment()
+    template = env.from_string(source)
+
+    def fits(max_steps: int) -> bool:
+        hot_from(monkeypatch, hot_after, hot_after)  # the other path's search may run between
+        env.limits = mj.Limits(max_steps=max_steps)
+        try:
+            template.render(**data)
+            return True
+        except mj.LimitExceededError:
+            return False
+        except mj.TemplateError:
+            return True  # fails for another reason: within the budget up to that point
+    return fits
+
+
+def _smallest(fits: Callable[[int], bool]) -> int:
+    low, high = 0, 1 << 22
+    assert fits(high)
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def smallest_budget(source: str, data: Dict[str, Any], hot: bool,
                     monkeypatch: pytest.MonkeyPatch) -> int:
     """The smallest ``max_steps`` rendering ``source`` fits in, with everything generated
     (``hot``) or with closures only."""
-    low, high = 0, 1 << 22
-    assert _fits(source, data, high, hot, monkeypatch)
-    while low < high:
-        middle = (low + high) // 2
-        if _fits(source, data, middle, hot, monkeypatch):
-            high = middle
-        else:
-            low = middle + 1
-    return low
+    return _smallest(_fitting(source, data, hot, monkeypatch))
 
 
 def same_smallest_budget(source: str, data: Dict[str, Any],
@@ -431,8 +446,9 @@ def same_smallest_budget(source: str, data: Dict[str, Any],
     it, whether they fit in one step less): the two paths need the same budget when the
     result is ``(budget, True, False)``. Two renders instead of a second search."""
     budget = smallest_budget(source, data, True, monkeypatch)
-    below = budget > 0 and _fits(source, data, budget - 1, False, monkeypatch)
-    return budget, _fits(source, data, budget, False, monkeypatch), below
+    closures = _fitting(source, data, False, monkeypatch)
+    below = budget > 0 and closures(budget - 1)
+    return budget, closures(budget), below
 
 
 def spy_on(monkeypatch: pytest.MonkeyPatch, name: str) -> list:

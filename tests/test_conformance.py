@@ -29,8 +29,9 @@ REGENERATE_HINT = "run `python conformance/regenerate.py`"
 
 TOPICS = caselib.load_all_cases()
 EXPECTED = caselib.load_all_expected()
-# Known, documented differences from Jinja2 (README "Differences from Jinja2"): they run and
-# must still fail (strict xfail), so a fixed deviation is noticed and removed from the list.
+# Known, documented differences from Jinja2 (docs/compatibility.md, "Differences from
+# Jinja2"): they run and must still fail (strict xfail), so a fixed deviation is noticed and
+# removed from the list.
 # Under "message_deviations", the cases that fail like Jinja2 but with a message of their own;
 # their message must still differ, for the same reason.
 _DEVIATIONS_FILE = json.loads((ROOT / "conformance" / "deviations.json").read_text(encoding="utf-8"))

@@ -20,9 +20,9 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 ray = pytest.importorskip(
-    "ray", reason="Ray Data tests need the optional 'ray' extra: pip install \"minijinja_py[ray]\"")
+    "ray", reason="Ray Data tests need the optional 'ray' extra: pip install \".[ray]\"")
 pytest.importorskip("ray.data", reason="Ray is installed without Ray Data: "
-                    "pip install \"minijinja_py[ray]\"")
+                    "pip install \".[ray]\"")
 import pyarrow as pa  # noqa: E402  (installed with ray[data])
 import pyarrow.parquet as pq  # noqa: E402
 

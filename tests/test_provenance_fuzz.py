@@ -633,8 +633,8 @@ FIXED_BUGS: Dict[str, Tuple[str, Dict[str, Any], str]] = {
     "number_conversion": (
         "{{ s|int }}|{{ t|float }}", {"s": "12", "t": "1.5"},
         "a number converted from an input string (|int, |float) prints as template text: "
-        "the digits are the input's (README lists counts such as messages|length as not "
-        "tracked, not conversions)"),
+        "the digits are the input's (docs/provenance.md lists counts such as messages|length "
+        "as not tracked, not conversions)"),
     "padding_unknown": (
         "{{ s|center(8) }}|{{ s.rjust(4) }}", {"s": "ab"},
         "the padding of center/ljust/rjust with the default fill (a plain ' ') is 'unknown'"),
@@ -696,7 +696,7 @@ def test_fixed_bug_stays_fixed(bug: str) -> None:
     assert not failures, _describe(source, variables, failures)
 
 
-# -- not tracked by design (README "What is not tracked"; generated nowhere above) ---------------
+# -- not tracked by design (docs/provenance.md "What is not tracked"; generated nowhere above) ---
 CONTROL_DEPENDENCE = [
     # (source, variables): replacing the input changes template text by changing which
     # literal is written, where, or how often
@@ -714,9 +714,9 @@ CONTROL_DEPENDENCE = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="not tracked by design (README): the template text "
-                   "written depends on what an input says (a branch, an order, a count), and "
-                   "counts computed from an input print as template text")
+@pytest.mark.xfail(strict=True, reason="not tracked by design (docs/provenance.md): the "
+                   "template text written depends on what an input says (a branch, an order, a "
+                   "count), and counts computed from an input print as template text")
 @pytest.mark.parametrize("source, variables", CONTROL_DEPENDENCE)
 def test_control_dependence_is_not_tracked(source: str, variables: Dict[str, Any]) -> None:
     failures = provenance_failures(source, variables)

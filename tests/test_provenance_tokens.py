@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 pytest.importorskip("tokenizers", reason="the optional 'tokenizers' package is not installed "
-                                         "(pip install \"minijinja_py[tokenizers]\")")
+                                         "(pip install \".[tokenizers]\")")
 
 from minijinja_py.chat.provenance_uses import (GENERATION_TAG_LIKE, AssistantMaskRule,  # noqa: E402
                                                SanitizeRule, control_token_ids,

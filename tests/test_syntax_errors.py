@@ -153,8 +153,8 @@ def _mutated(rng: random.Random) -> str:
     return " ".join(tokens)
 
 
-# Known differences (README "Differences from Jinja2"): `not` read as a variable name, unknown
-# filters and tests in the template name of include/import/from/extends.
+# Known differences (docs/compatibility.md, "Differences from Jinja2"): `not` read as a
+# variable name, unknown filters and tests in the template name of include/import/from/extends.
 def _known_difference(source: str, expected, ours) -> bool:
     if expected is None and ours is not None and ours[1] == "unexpected 'not'":
         return True

@@ -54,6 +54,21 @@ def test_the_conversation_given_twice_or_not_at_all_is_a_type_error(call: str) -
     assert str(missing.value).startswith(f"{call}() missing the conversation")
 
 
+
+def test_the_render_pool_takes_conversation_too() -> None:
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    with mj.RenderPool(processes=1) as pool:
+        assert pool.render_chat(MASKED, conversation=chat) == pool.render_chat(MASKED, chat) \
+            == "HiHello"
+        assert pool.render_chat_with_spans(MASKED, conversation=chat).generation_spans == [(2, 7)]
+        for method in ("render_chat", "render_chat_with_spans"):
+            with pytest.raises(TypeError) as twice:
+                getattr(pool, method)(MASKED, chat, conversation=chat)
+            assert str(twice.value).startswith(f"RenderPool.{method}() got the conversation twice")
+            with pytest.raises(TypeError) as missing:
+                getattr(pool, method)(MASKED)
+            assert str(missing.value).startswith(f"RenderPool.{method}() missing the conversation")
+
 # ---- path-like strings -----------------------------------------------------------------------
 @pytest.mark.parametrize("typo, reason", [
     ("/path/with/a/typo", "it holds no {{, {% or {#"),

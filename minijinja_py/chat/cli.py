@@ -39,6 +39,7 @@ from ..meta import analyze_template
 from .pipeline import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
                    load_chat_config, select_template)
 from ..exceptions import TemplateError, TemplateSyntaxError
+from .extras import install_hint
 from .provenance_display import MARKERS, span_events, span_marks_at
 
 __all__ = ["main", "EXAMPLE_MESSAGES", "EXAMPLE_TOOLS"]
@@ -172,7 +173,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     "tokenize=True), and print a table: index, token id, token text (plain text "
                     "in quotes, control tokens bare), and with --mask the assistant mask. "
                     "Without --messages the built-in example is encoded. Needs the tokenizers "
-                    "extra: pip install \"minijinja_py[tokenizers]\".")
+                    "extra: " + install_hint("tokenizers") + ".")
     encode.add_argument("model", metavar="MODEL_DIR",
                         help="model folder with tokenizer.json (and tokenizer_config.json, "
                              "chat_template.jinja)")

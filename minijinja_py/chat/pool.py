@@ -441,30 +441,39 @@ class RenderPool:
         data = dict(variables or {}, **kwargs)
         return self._render("env", source, template_name, data, True)
 
-    def render_chat(self, source: str, messages: "Any", /, tools: "Any" = None,
+    def render_chat(self, source: str, messages: "Any" = None, /, tools: "Any" = None,
                     documents: "Any" = None, add_generation_prompt: bool = False,
                     continue_final_message: "Union[bool, str]" = False, *,
                     template_name: "Optional[str]" = None,
                     special_tokens: "Optional[Mapping[str, str]]" = None,
+                    conversation: "Any" = None,
                     **template_kwargs: "Any") -> str:
         """Like ``ChatTemplate(source, now=pool.now, name=template_name,
-        special_tokens=special_tokens).render(messages, ...)``, with the pool's limits.
+        special_tokens=special_tokens).render(messages, ...)``, with the pool's limits. The
+        messages may be given as ``conversation=``, transformers' name for them (not both).
 
         The data steps of the chat pipeline (messages to plain dicts, tools to schemas, ...) run
         in this process, so messages, tools and documents need not be picklable; only the
         template runs in a worker.
         """
+        from .pipeline import _the_conversation
+
+        messages = _the_conversation(messages, conversation, "RenderPool.render_chat")
         return self._render_chat(source, messages, tools, documents, add_generation_prompt,
                                  continue_final_message, template_name, special_tokens,
                                  template_kwargs, False).text
 
-    def render_chat_with_spans(self, source: str, messages: "Any", /, tools: "Any" = None,
+    def render_chat_with_spans(self, source: str, messages: "Any" = None, /, tools: "Any" = None,
                                documents: "Any" = None, add_generation_prompt: bool = False,
                                continue_final_message: "Union[bool, str]" = False, *,
                                template_name: "Optional[str]" = None,
                                special_tokens: "Optional[Mapping[str, str]]" = None,
+                               conversation: "Any" = None,
                                **template_kwargs: "Any") -> "RenderResult":
         """Like ``ChatTemplate.render_with_spans``: a :class:`~minijinja_py.RenderResult`."""
+        from .pipeline import _the_conversation
+
+        messages = _the_conversation(messages, conversation, "RenderPool.render_chat_with_spans")
         return self._render_chat(source, messages, tools, documents, add_generation_prompt,
                                  continue_final_message, template_name, special_tokens,
                                  template_kwargs, True)

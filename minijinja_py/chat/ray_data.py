@@ -17,7 +17,7 @@ The output columns always have the same Arrow types, also in a batch where every
 concatenate and ``write_parquet`` writes one schema.
 
 :func:`render_dataset` is the one-call form. Ray itself is an optional extra
-(``pip install "minijinja_py[ray]"``), imported only by :func:`render_dataset`;
+(``pip install ".[ray]"`` from a checkout), imported only by :func:`render_dataset`;
 ``ChatTemplateBatches`` needs only ``pyarrow`` (which Ray Data installs).
 """
 
@@ -26,10 +26,12 @@ from __future__ import annotations
 import collections.abc
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from .extras import install_hint
+
 __all__ = ["ChatTemplateBatches", "render_dataset", "plain_python", "RayNotInstalledError",
            "RAY_INSTALL_HINT", "DEFAULT_BATCH_SIZE", "DEFAULT_ROWS_PER_BLOCK", "OUTPUT_TYPES"]
 
-RAY_INSTALL_HINT = 'pip install "minijinja_py[ray]"'
+RAY_INSTALL_HINT = install_hint("ray")
 
 #: Rows per batch that :func:`render_dataset` asks for. Large enough that the per-batch cost
 #: (Arrow conversions, one tokenizer call) is small next to rendering, small enough that a

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
+from .extras import install_hint
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _extra_special_tokens_of,
                      _ModelFolder, _special_tokens_of, load_chat_config, select_template)
 from ..exceptions import TemplateError
@@ -75,7 +76,7 @@ __all__ = [
 PathLike = Union[str, "os.PathLike[str]"]
 
 TOKENIZER_FILE = "tokenizer.json"
-INSTALL_HINT = 'pip install "minijinja_py[tokenizers]"'
+INSTALL_HINT = install_hint("tokenizers")
 
 #: Private-use characters wrapped around control tokens found in the caller's strings (the
 #: same two transformers uses, so a marked render is byte-identical to transformers' one).

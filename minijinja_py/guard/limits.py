@@ -41,8 +41,8 @@ class Limits:
     - ``max_steps`` (50,000,000): most work in one render, in steps of about a tenth of a
       microsecond: a loop iteration or macro call costs a step or so per template node it
       runs, and filters, methods and operators cost a step per 16 characters or 2 items they
-      read or build (see budget.py). This bounds time (about 5 seconds here) and the memory a
-      render can allocate. A 20,000-message conversation takes a few million steps.
+      read or build (see budget.py). This bounds time (about 5 CPU seconds on a 2-core Xeon)
+      and the memory a render can allocate. A 20,000-message conversation takes a few million steps.
     - ``max_seconds`` (10.0): most wall-clock seconds one parse (``from_string``) or one
       render may take, whatever the step prices say (see deadline.py); ``None`` turns it off.
       The step budget is the deterministic limit and normally fires first; the deadline is

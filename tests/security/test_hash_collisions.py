@@ -269,8 +269,8 @@ def test_which_keys_a_template_can_aim(key: Any, steered: bool, colliding: bool)
 
 def test_a_fixed_pythonhashseed_makes_strs_keys_a_template_can_aim() -> None:
     """Strings are not counted because Python keys their hash with a secret of the process;
-    a fixed PYTHONHASHSEED makes every str hash computable (README: hash collisions), so
-    strs are then counted as ints are. Checked in a child started with the seed."""
+    a fixed PYTHONHASHSEED makes every str hash computable (docs/security.md, hash collisions),
+    so strs are then counted as ints are. Checked in a child started with the seed."""
     script = ("import sys; sys.path.insert(0, sys.argv[1]); from minijinja_py.guard "
               "import collisions; print(collisions.census(['role'])[1], "
               "collisions.census(['role'], salted=True)[1])")

@@ -28,11 +28,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from ..extras import install_hint
+
 __all__ = ["PARQUET_INSTALL_HINT", "ParquetNotInstalledError", "import_pyarrow", "InputFile",
            "Chunk", "InputError", "discover_inputs", "read_chunks", "output_format",
            "dump_json_line", "AppendFile", "ParquetParts"]
 
-PARQUET_INSTALL_HINT = 'pip install "minijinja_py[parquet]"'
+PARQUET_INSTALL_HINT = install_hint("parquet")
 
 INPUT_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
                   ".parquet": "parquet", ".pq": "parquet"}
