@@ -29,7 +29,7 @@ _LAZY = {
     "Origin": "provenance.origins",
     # the chat layer (minijinja_py/chat/), above the engine
     "ChatTemplate": "chat.pipeline", "RenderResult": "chat.pipeline",
-    "apply_chat_template": "chat.pipeline", "ChatTemplateValueError": "chat.pipeline",
+    "apply_chat_template": "chat.api", "ChatTemplateValueError": "chat.pipeline",
     "ChatConfigError": "chat.config",
     "get_json_schema": "chat.schema", "TypeHintParsingException": "chat.schema",
     "DocstringParsingException": "chat.schema",
@@ -55,8 +55,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .chat.config import ChatConfigError
     from .chat.gguf import GGUFError
-    from .chat.pipeline import (ChatTemplate, ChatTemplateValueError, RenderResult,
-                                apply_chat_template)
+    from .chat.api import apply_chat_template
+    from .chat.pipeline import ChatTemplate, ChatTemplateValueError, RenderResult
     from .chat.pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .chat.schema import DocstringParsingException, TypeHintParsingException, get_json_schema
     from .chat.tokenizer_api import TensorLibraryNotInstalledError

@@ -54,7 +54,8 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 
 from .extras import install_hint
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _extra_special_tokens_of,
-                     _ModelFolder, _special_tokens_of, load_chat_config, select_template)
+                     _special_tokens_of, load_chat_config, select_template)
+from .files import ModelFolder
 from ..exceptions import TemplateError
 from .pipeline import ChatTemplate, ChatTemplateValueError, _normalize_conversation
 from .tokenizer_api import (NO_GENERATION_TAG_WARNING, TensorLibraryNotInstalledError,
@@ -403,7 +404,7 @@ class ChatTokenizer(TransformersTokenizerAPI):
             else:
                 raise ChatConfigError(f"{path}: a tokenizer is loaded from a model folder (with "
                                       f"{TOKENIZER_FILE}), not from this file")
-        folder = _ModelFolder(directory)
+        folder = ModelFolder(directory)
         config: Dict[str, Any] = {}
         loaded = folder.read_json(directory / TOKENIZER_CONFIG_FILE)
         if loaded is not None:
