@@ -152,7 +152,7 @@ M("guard/limits.py", "    return render.limits if render is not None else DEFAUL
 M("runtime/operators.py", "    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)",
   "    if kind is int:", *k(LIMITS, "boundary"))
 
-# ==== the guard: budget.py ======================================================================
+# ==== the guard: guard/prices.py (and compiler/cost.py) ==========================================
 M("guard/prices.py", "CALL_STEPS = 30", "CALL_STEPS = 3", PRICES)
 M("guard/prices.py", "    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS",
   "    return len(text) >> ITEMS_SHIFT", PRICES)
@@ -201,7 +201,7 @@ M("guard/deadline.py", "            elif deadline < nearest:\n                ne
 M("guard/deadline.py", "                _active.pop(id(render), None)\n            elif",
   "                pass\n            elif", *_DEADLINE)
 
-# ==== the sandbox: sandbox.py, runtime.py's host-method wrapper ================================
+# ==== the sandbox: runtime/sandbox.py, runtime/objects.py's host-method wrapper ==================
 _MARKED = k(ESCAPES, "plain and marked")
 M("runtime/sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
   "if getattr(function, \"unsafe_callable\", False):", *_MARKED)
@@ -299,7 +299,7 @@ M("compiler/closures.py", "            if ctx.depth > ctx.limits.max_recursion:"
 M("compiler/closures.py", "        if self.depth > self.limits.max_recursion:",
   "        if self.depth > self.limits.max_recursion + 1:", *k(LIMITS, "plain and (boundary or recursion)"))
 
-# ==== filters that allocate: filters.py, filters_more.py ========================================
+# ==== filters that allocate: runtime/filters/common.py, rare.py ==================================
 _BOUNDARY = k(LIMITS, "plain and boundary")
 M("runtime/filters/common.py", "        if total > limit:\n            check_string_size(total)\n        pieces.append(piece)",
   "        if total > limit * 2:\n            check_string_size(total)\n        pieces.append(piece)",
@@ -410,7 +410,7 @@ M("guard/collisions.py", "            if steered_weight * (held + steered) > cei
   equivalent="the early stop only saves the census's time: its caller refuses the work "
              "either way (the counted part alone is already over the ceiling)")
 
-# ==== the parse cache: diskcache.py =============================================================
+# ==== the parse cache: syntax/parse_cache.py =====================================================
 DISKCACHE = "tests/test_diskcache.py"
 M("syntax/parse_cache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return [read(each, budget) for each in item]",
   "        return [read(each, budget) for each in item]", DISKCACHE)
@@ -492,30 +492,30 @@ M("provenance/origins.py", "        if remaining < 0:\n            container[slo
   *k(PROVENANCE, "not corpus"))
 
 # ==== chat/config.py: loading model folders =====================================================
-M("chat/config.py", "MAX_CONFIG_BYTES = 16 * 1024 * 1024", "MAX_CONFIG_BYTES = 160 * 1024 * 1024",
+M("chat/files.py", "MAX_CONFIG_BYTES = 16 * 1024 * 1024", "MAX_CONFIG_BYTES = 160 * 1024 * 1024",
   *k(LOADING, "oversize or documented"))
-M("chat/config.py", "MAX_FOLDER_BYTES = 64 * 1024 * 1024", "MAX_FOLDER_BYTES = 640 * 1024 * 1024",
+M("chat/files.py", "MAX_FOLDER_BYTES = 64 * 1024 * 1024", "MAX_FOLDER_BYTES = 640 * 1024 * 1024",
   *k(LOADING, "oversize or documented or folder"))
-M("chat/config.py", "        if status.st_size > cap and not head:", "        if status.st_size > 2 * cap and not head:",
+M("chat/files.py", "        if status.st_size > cap and not head:", "        if status.st_size > 2 * cap and not head:",
   *k(LOADING, "oversize"))
-M("chat/config.py", "        if not self.contains(real):", "        if False:", *k(LOADING, "symlink"))
-M("chat/config.py", "        if self.budget <= 0 or status.st_size > self.budget:",
+M("chat/files.py", "        if not self.contains(real):", "        if False:", *k(LOADING, "symlink"))
+M("chat/files.py", "        if self.budget <= 0 or status.st_size > self.budget:",
   "        if status.st_size > 2 * self.budget:", *k(LOADING, "oversize or folder"))
-M("chat/config.py", "        self.budget -= len(data)", "        pass", *k(LOADING, "oversize or folder"))
-M("chat/config.py", "    if len(text) > max_chars:", "    if len(text) > max_chars + 1:", *k(LOADING, "oversize or template"))
-M("chat/config.py", "        data = self.read(path, 4 * chars, \"a template\")",
+M("chat/files.py", "        self.budget -= len(data)", "        pass", *k(LOADING, "oversize or folder"))
+M("chat/files.py", "    if len(text) > max_chars:", "    if len(text) > max_chars + 1:", *k(LOADING, "oversize or template"))
+M("chat/files.py", "        data = self.read(path, 4 * chars, \"a template\")",
   "        data = self.read(path, chars, \"a template\")", *k(LOADING, "oversize or template"))
-M("chat/config.py", "        return os.path.commonpath([path, root]) == root",
+M("chat/files.py", "        return os.path.commonpath([path, root]) == root",
   "        return path.startswith(root)", *k(LOADING, "symlink or snapshot or sibling"))
-M("chat/config.py", "        if os.path.basename(snapshots) == \"snapshots\" and \"--\" in os.path.basename(repository):",
+M("chat/files.py", "        if os.path.basename(snapshots) == \"snapshots\" and \"--\" in os.path.basename(repository):",
   "        if os.path.basename(snapshots) == \"snapshots\":", *k(LOADING, "symlink or snapshot"))
-M("chat/config.py", "        if not stat.S_ISREG(status.st_mode):\n            raise ChatConfigError(f\"{shown}: refused: {_file_kind(status.st_mode)}, not a \"",
-  "        if False:\n            raise ChatConfigError(f\"{shown}: refused: {_file_kind(status.st_mode)}, not a \"",
+M("chat/files.py", "        if not stat.S_ISREG(status.st_mode):\n            raise ChatConfigError(f\"{shown}: refused: {file_kind(status.st_mode)}, not a \"",
+  "        if False:\n            raise ChatConfigError(f\"{shown}: refused: {file_kind(status.st_mode)}, not a \"",
   *k(LOADING, "fifo or device or dev_zero"),
   equivalent="every caller has checked the file's kind with stat() first; this is the second "
              "check, against a file swapped between the stat() and the open() (a race no "
              "test sets up)")
-M("chat/config.py", "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NONBLOCK\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
+M("chat/files.py", "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NONBLOCK\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
   "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NOFOLLOW\", 0)", *k(LOADING, "fifo"),
   equivalent="O_NONBLOCK matters only for a FIFO swapped in between the stat() that refuses "
              "FIFOs and the open() (a race no test sets up)")
@@ -636,8 +636,8 @@ M("compiler/closures.py", "        self.output_size = before\n        self.charg
 M("compiler/closures.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
   "        self.output_size = before\n        self.charge(0)", PRICES)
 # codegen.py: the same checks in the Python written for hot loops (after 40 iterations)
-M("compiler/codegen.py", "        w.line(depth, \"if ctx.output_size > max_output:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
-  "        w.line(depth, \"if False:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
+M("compiler/codegen.py", "    w.line(depth, \"if ctx.output_size > max_output:\")\n    w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n    _emit(w, depth, pieces)",
+  "    w.line(depth, \"if False:\")\n    w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n    _emit(w, depth, pieces)",
   *k(LIMITS, "plain and (boundary or output)"))
 M("compiler/codegen.py", "               \"if ctx.steps > ctx.max_steps or ctx.output_size > max_output:\",\n               \"    return True\"]",
   "               \"if ctx.output_size > max_output:\",\n               \"    return True\"]",
@@ -645,9 +645,9 @@ M("compiler/codegen.py", "               \"if ctx.steps > ctx.max_steps or ctx.o
 M("compiler/codegen.py", "        \"        if ctx.steps > ctx.max_steps:\" if output_checked else",
   "        \"        if False:\" if output_checked else",
   *priced(LIMITS, "plain and (boundary or hot_loop)"))
-# arith.py: the exact digit check after computing
+# runtime/operators.py: the exact digit check after computing
 M("runtime/operators.py", "    if abs(value) >= bound:", "    if abs(value) > bound:", *k(LIMITS, "boundary"))
-# filters_more.py: round()'s precision
+# runtime/filters/rare.py: round()'s precision
 M("runtime/filters/rare.py", "    if isinstance(precision, int) and precision + 1 > current_limits().max_int_digits:",
   "    if isinstance(precision, int) and precision > current_limits().max_int_digits:",
   *k(LIMITS, "plain and (boundary or round)"))
