@@ -85,7 +85,7 @@ class Environment:
         self.undefined = undefined
         self.immutable = immutable
         self.limits = limits if limits is not None else Limits()
-        #: keep parsed templates in the user's cache directory (see diskcache.py)
+        #: keep parsed templates in the user's cache directory (see syntax/parse_cache.py)
         self.parse_cache = parse_cache
         self.sandbox = Sandbox(immutable, undefined)
         with paused_gc():  # the first environment imports the filters and tests
@@ -212,7 +212,7 @@ class Environment:
 
             raise TemplateRuntimeError(f"No {kind} named {name!r}.")
         # `map('upper')` and `select('in', big)` call filters per item: charged per call,
-        # as the template's own filter calls are (budget.py); test_caller charges the same
+        # as the template's own filter calls are (guard/prices.py); test_caller charges the same
         input_cost = filter_input_cost(name) if kind == "filter" else None
         _limits.charge(CALL_STEPS // 3 + (input_cost(value) if input_cost is not None else 0)
                        + sum(map(size_cost, args)))

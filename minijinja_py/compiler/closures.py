@@ -14,7 +14,7 @@ Errors: the innermost failing expression locates the error once (``TemplateError
 Python errors from operators and builtins become TemplateRuntimeError subclasses there.
 
 Why one module of this size: each node's closure carries its semantics, its limits and
-step charges, and the ``spec`` codegen.py reads (a class of fastpath_specs.py), and closures
+step charges, and the ``spec`` codegen.py reads (a class of compiler/specs.py), and closures
 of one template share the compiler's state (frames, symbols, the hot switching); the helpers
 they call are in arith, budget, methods, runtime, sandbox and symbols.
 """
@@ -70,7 +70,7 @@ FIRST_RENDER_FACTOR = 10
 
 # ---- fast-path specs: described while compiling, built when codegen first reads them -------
 # A closure whose fast path generated code writes out inline carries a spec: one class of
-# fastpath_specs.py per kind, the typed contract codegen reads. A cold start compiles its
+# compiler/specs.py per kind, the typed contract codegen reads. A cold start compiles its
 # template but generates no code (that waits for HOT_CALLS runs), and defining those classes
 # costs about 0.6 ms of a 20 ms cold start; so the compiler writes ``kinds.Print(items, node)``
 # and at run time ``kinds`` only records the kind and its fields (a _Described), which
@@ -257,7 +257,7 @@ class RenderContext:
             raise self.limits.exceeded("max_output_size", "rendered output too large")
 
     def charge(self, steps: int) -> None:
-        """Count ``steps`` of work (see budget.py) against ``Limits.max_steps``."""
+        """Count ``steps`` of work (see guard/prices.py) against ``Limits.max_steps``."""
         self.steps += steps
         if self.steps > self.max_steps:
             raise self.too_much_work()

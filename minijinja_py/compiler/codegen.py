@@ -6,7 +6,7 @@ this module writes one Python function doing what those closures do, with their 
 (``message['role']`` read straight from a dict, string comparisons, ``if`` tests, printing)
 written out inline, and every other node still calling its closure. Nothing here decides
 semantics: each closure carries a ``spec`` describing its own fast path (one class per kind,
-in fastpath_specs.py, attached where the compiler creates it), and the emitter for its kind
+in compiler/specs.py, attached where the compiler creates it), and the emitter for its kind
 below (``_EXPRESSIONS``, ``_STATEMENTS``) reproduces exactly that fast path and falls back to
 the same slow path the closure takes. Closures without a spec are simply called.
 

@@ -1,6 +1,6 @@
 """The wall-clock deadline of every render: ``Limits.max_seconds``, whatever the step prices say.
 
-The step budget (budget.py) is deterministic but only as good as its prices: any operation
+The step budget (guard/prices.py) is deterministic but only as good as its prices: any operation
 priced below its real cost becomes a loop that runs for minutes. The deadline is the guarantee
 behind it. One daemon thread (the watchdog) watches the renders in progress; when one passes
 its deadline, the watchdog lowers that render's step allowance below zero, so the very next

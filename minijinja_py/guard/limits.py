@@ -41,7 +41,7 @@ class Limits:
     - ``max_steps`` (50,000,000): most work in one render, in steps of about a tenth of a
       microsecond: a loop iteration or macro call costs a step or so per template node it
       runs, and filters, methods and operators cost a step per 16 characters or 2 items they
-      read or build (see budget.py). This bounds time (about 5 CPU seconds on a 2-core Xeon)
+      read or build (see guard/prices.py). This bounds time (about 5 CPU seconds on a 2-core Xeon)
       and the memory a render can allocate. A 20,000-message conversation takes a few million steps.
     - ``max_seconds`` (10.0): most wall-clock seconds one parse (``from_string``) or one
       render may take, whatever the step prices say (see deadline.py); ``None`` turns it off.
@@ -133,7 +133,7 @@ def current_limits() -> Limits:
 
 
 def charge(steps: int) -> None:
-    """Count ``steps`` of work against the render in progress (see budget.py)."""
+    """Count ``steps`` of work against the render in progress (see guard/prices.py)."""
     if steps:
         render = _here.work
         if render is not None:

@@ -4,7 +4,7 @@
 before Python notices anything, so each operator's result size is estimated from its
 operands and refused *before* it is computed; integers are measured exactly afterwards (an
 estimate alone would refuse results Python prints fine), and strings or lists it builds are
-charged to the render's step budget (see budget.py).
+charged to the render's step budget (see guard/prices.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from .objects import ChainableUndefined, Undefined, pass_environment
 
 def _remainder(value: Any, num: Any) -> Any:
     """``value % num`` as the template's ``%`` computes it: on a string that is printf
-    formatting (``"%2000000000d" is odd``), so its size is checked first (arith.py)."""
+    formatting (``"%2000000000d" is odd``), so its size is checked first (runtime/operators.py)."""
     if type(value) is int and type(num) is int:
         return value % num
     from .operators import apply

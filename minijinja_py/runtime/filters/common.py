@@ -18,14 +18,14 @@ before building it (see :mod:`minijinja_py.guard.limits`), escaping included (a 
 of control characters, Markup's ``&amp;``). Filters that run Python code per word, tag,
 entity, line or ``%`` field (``title``, ``wordwrap``, ``striptags``, ``urlize``, ``format``,
 ``wordcount``, ``indent``, ``join``, ``slice``...) charge steps for that work themselves with
-:func:`~minijinja_py.guard.limits.charge`, before doing it, on top of what budget.py charges by
-size; every one of them is linear in its input. The public table is :data:`FILTERS`; the
-filters chat templates rarely use live in :mod:`minijinja_py.runtime.filters.rare`, imported on first
-use.
+:func:`~minijinja_py.guard.limits.charge`, before doing it, on top of what guard/prices.py
+charges by size; every one of them is linear in its input. The public table is
+:data:`FILTERS`; the filters chat templates rarely use live in
+:mod:`minijinja_py.runtime.filters.rare`, imported on first use.
 
 Why one module of over a thousand lines: these are the filters a chat template's first render
 needs, loaded at once in a cold start (one module read, not several); the others are in
-filters_more.py for the same reason.
+filters/rare.py for the same reason.
 """
 
 from __future__ import annotations
@@ -930,7 +930,7 @@ def do_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
             pass
     escaping = "json_ascii" if ensure_ascii else "json"
     # with an indent, json.dumps runs its pure-Python encoder: plain data (tool schemas,
-    # messages) is then made and measured faster in one walk (jsonfast.py); without one, its
+    # messages) is then made and measured faster in one walk (filters/tojson.py); without one, its
     # C encoder after the size walk is faster
     fast = None
     if indent is not None:  # (jsonfast is imported only by templates that indent JSON)
