@@ -799,9 +799,10 @@ class Compiler:
         attach(test, kinds.Truth(value, node))
         return test
 
-    def s_for(self, node: n.Node) -> Stmt:
-        iterable = self.expr(node.iter)
-        assign = self.assigner(node.target)
+    def loop_parts(self, node: n.Node) -> Tuple[Any, ...]:
+        """What a ``for`` loop is made of, compiled (s_for builds its closures from them):
+        (facts of its body, whether it uses ``loop``, the body and its fresh names, the names
+        the body binds, the ``else`` body and its fresh names, the ``if`` filter or None)."""
         targets = tuple(t.name for t in _target_names(node.target))
         facts = self.body_facts(node.body)
         # Jinja2 looks at the whole loop, its `else` included
@@ -832,6 +833,15 @@ class Compiler:
             finally:
                 self.in_if = saved_in_if
                 self.local_names.pop()
+        return facts, uses_loop, body, fresh, body_binds, else_, else_fresh, loop_filter
+
+    def s_for(self, node: n.Node) -> Stmt:
+        """A ``for`` loop (see loop_parts; the closures that run it share their state: the
+        loop's parts, its hot switching, its generated function once made)."""
+        iterable = self.expr(node.iter)
+        assign = self.assigner(node.target)
+        facts, uses_loop, body, fresh, body_binds, else_, else_fresh, loop_filter = \
+            self.loop_parts(node)
         recursive = node.recursive
         simple_name = node.target.name if isinstance(node.target, n.NameTarget) else None
         # One scope object can serve every iteration (cleared each time) unless something in
@@ -843,86 +853,17 @@ class Compiler:
         fast_path = reuse_scope and not body_assigns and simple_name is not None and \
             else_ is None
         iteration_cost = LOOP_STEPS + body_cost(node.body)
-        # The body, or the whole simple loop, compiled to Python once it has run many times
-        # (over all renders of this template): a cold start does not pay for compile().
-        generated: List[Stmt] = []
-        # the generated loop: hot_loop's or hot_charging_loop's (a loop takes run_simple or
-        # not by its shape, the same every render, so only one of them ever fills it)
-        generated_loop: List[Any] = []
-        iterations = [0]
         hot_after = HOT_ITERATIONS if self.generates_code else float("inf")
-        renders = self.renders
-        env = self.env
-
-        def is_hot(count: int) -> bool:
-            iterations[0] += count
-            return _hot_enough(iterations[0], hot_after, renders)
-
-        def hot_body() -> Stmt:
-            if not generated:
-                generated.append(generate_body(body))
-            return generated[0]
-
-        def hot_loop(scope: Scope) -> Any:
-            if not generated_loop:
-                generated_loop.append(generate_loop(
-                    body, simple_name, uses_loop, iteration_cost,
-                    _items_stability(env, node.body, facts, body_binds, scope)))
-            return generated_loop[0]
-
+        is_hot, hot_body, hot_loop, hot_charging_loop, generated_loop = _loop_hot_parts(
+            self.env, node, body, simple_name, uses_loop, iteration_cost, facts, body_binds,
+            fresh, hot_after, self.renders)
         # A loop whose body assigns (or reads names before assigning them), one target name
         # and no `else`: generated too, charging each iteration as it starts, like `run`.
         charging_loop_fits = reuse_scope and simple_name is not None and else_ is None
-        # (the generated loop only reads the dict: the shared one, not a copy)
-        starting_variables = (lambda ctx: starting_undefined(fresh, ctx.undefined)) \
-            if fresh else None
-
-        def hot_charging_loop(scope: Scope) -> Any:
-            if not generated_loop:
-                generated_loop.append(generate_charging_loop(
-                    body, simple_name, uses_loop, iteration_cost, starting_variables,
-                    _items_stability(env, node.body, facts, body_binds, scope), body_binds))
-            return generated_loop[0]
         filter_cost = FILTERED_ITEM_STEPS + body_cost([node.test]) if node.test is not None else 0
-
-        def items_of(scope: Scope, value: Any) -> List[Any]:
-            kind = type(value)
-            if (kind is list or kind is tuple) and loop_filter is None:
-                # materialise() written out for the common case (an inner loop runs per
-                # message); anything over a limit takes the general path below, which raises
-                ctx = scope.ctx
-                size = len(value)
-                if size <= ctx.limits.max_collection_size and \
-                        ctx.steps + (size >> 1) <= ctx.max_steps:
-                    ctx.steps += size >> 1  # budget.ITEMS_SHIFT, as materialise charges
-                    return list(value)
-            if isinstance(value, Undefined):
-                try:
-                    iter(value)  # StrictUndefined raises here
-                except TemplateError as exc:
-                    exc._locate(node.iter.lineno, node.iter.column)
-                    raise
-                return []
-            try:
-                items = list(value.keys()) if type(value) is dict else materialise(value)
-            except TemplateError as exc:
-                exc._locate(node.iter.lineno, node.iter.column)
-                raise
-            except Exception as exc:
-                raise _locate(exc, node.iter) from exc
-            if loop_filter is not None:
-                try:
-                    scope.ctx.charge(len(items) * filter_cost)
-                except TemplateError as exc:
-                    raise _locate(exc, node) from None
-                kept = []
-                for item in items:
-                    inner = Scope({}, scope, scope.ctx)
-                    assign(inner, item)
-                    if loop_filter(inner):
-                        kept.append(item)
-                items = kept
-            return items
+        items_of = _loop_items_of(node, assign, loop_filter, filter_cost)
+        charged_list = _loop_charged_list(loop_filter)
+        stop_over_limit = _loop_stop_over_limit(node, iteration_cost)
 
         def run(scope: Scope, out: list, value: Any, depth0: int) -> Any:
             ctx = scope.ctx
@@ -1024,18 +965,6 @@ class Compiler:
                     stop_over_limit(ctx, remaining)
             return None
 
-        def stop_over_limit(ctx: RenderContext, remaining: Any) -> None:
-            """Output or work seems over its limit mid-loop, the iterations not yet run being
-            charged already: without their steps, raise the limit's error here if it still
-            is; else the loop goes on, their steps charged again (never given away)."""
-            not_run = operator.length_hint(remaining) * iteration_cost
-            ctx.steps -= not_run
-            try:
-                ctx.step(0)
-            except TemplateError as exc:
-                raise _locate(exc, node) from None
-            ctx.steps += not_run
-
         captured_as = self.captured_as()
 
         def recurse_in(scope: Scope) -> Callable[[Any, int], str]:
@@ -1052,84 +981,12 @@ class Compiler:
                     ctx.depth -= 1
             return recurse
 
-        def charged_list(scope: Scope, value: Any, per_item: int) -> Optional[List[Any]]:
-            """For a loop whose generated function is made: ``value`` (a list or tuple)
-            copied and charged as items_of charges it, plus ``per_item`` steps an item; None
-            when the general path must decide (another type, a filter, a limit to raise)."""
-            kind = type(value)
-            if (kind is list or kind is tuple) and loop_filter is None:
-                ctx = scope.ctx
-                size = len(value)
-                charged = (size >> 1) + size * per_item
-                if size <= ctx.limits.max_collection_size and \
-                        ctx.steps + charged <= ctx.max_steps:
-                    ctx.steps += charged
-                    return list(value)
-            return None
-
-        def for_stmt(scope: Scope, out: list) -> Any:
-            value = iterable(scope)
-            if type(value) is list and not value and else_ is None:
-                return None  # `message.tool_calls | default([])`: nothing to do or charge
-            looped = generated_loop[0] if generated_loop else None
-            if looped is not None:
-                # `run` written out once the generated loop is made (only hot_charging_loop
-                # fills it for a loop taking this path): the same checks and charges, fewer
-                # calls (an inner loop is entered for every message)
-                items = charged_list(scope, value, 0)
-                if items is not None:
-                    if not items:
-                        return None
-                    ctx = scope.ctx
-                    loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
-                                       ctx.undefined) if uses_loop else None
-                    if looped(Scope({}, scope, ctx), out, items, loop) is not None:
-                        try:
-                            ctx.step(0)
-                        except TemplateError as exc:
-                            raise _locate(exc, node) from None
-                    return None
-            return run(scope, out, value, 0)
-
         if not (fast_path and not fresh):
-            return for_stmt
-
-        def for_simple(scope: Scope, out: list) -> Any:
-            """``for_stmt`` and ``run`` in one call, for the common loop (one name, no
-            `else`, nothing bound in the body): an inner loop is entered for every message."""
-            value = iterable(scope)
-            if type(value) is list and not value:
-                return None  # (as for_stmt)
-            looped = generated_loop[0] if generated_loop else None
-            if looped is not None:
-                # items_of and run_simple written out once the generated loop is made: the
-                # same checks and charges, in one (the general path raises)
-                items = charged_list(scope, value, iteration_cost)
-                if items is not None:
-                    if not items:
-                        return None
-                    ctx = scope.ctx
-                    if uses_loop:
-                        loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
-                                           ctx.undefined)
-                        inner = Scope({"loop": loop}, scope, ctx)
-                    else:
-                        loop = None
-                        inner = Scope({}, scope, ctx)
-                    stopped = looped(inner, out, items, loop)
-                    while stopped is not None:  # as run_simple
-                        stop_over_limit(ctx, stopped)
-                        stopped = looped(inner, out, stopped, loop)
-                    return None
-            items = items_of(scope, value)
-            if not items:
-                return None
-            ctx = scope.ctx
-            loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
-                               ctx.undefined) if uses_loop else None
-            return run_simple(scope, out, items, loop, ctx)
-
-        return for_simple
+            return _loop_for_stmt(node, iterable, else_, generated_loop, charged_list, recurse_in,
+                                  run, uses_loop)
+        return _loop_for_simple(node, iterable, generated_loop, charged_list, items_of,
+                                recurse_in, run_simple, stop_over_limit, uses_loop,
+                                iteration_cost)
 
     def assigner(self, target: n.Node) -> Callable[[Scope, Any], None]:
         """A function storing a value into ``target`` within a scope."""
@@ -2898,6 +2755,209 @@ def _stable_items(env: Any, statements: List[n.Node], facts: int,
                 if env.tests.get(node.name) is not TESTS.get(node.name, env):
                     return False
     return callees or True
+
+
+# ---- the parts of a for loop's closures (Compiler.s_for) ---------------------------------------
+def _loop_hot_parts(env: Any, node: n.Node, body: Stmt, simple_name: Optional[str],
+                    uses_loop: bool, iteration_cost: int, facts: int, body_binds: Any,
+                    fresh: Tuple[str, ...], hot_after: float, renders: List[Any]
+                    ) -> Tuple[Any, ...]:
+    """A loop's hot switching: (is_hot(count), hot_body(), hot_loop(scope),
+    hot_charging_loop(scope), the list holding the generated loop once made). The body, or
+    the whole simple loop, is compiled to Python once it has run many times (over all renders
+    of this template): a cold start does not pay for compile()."""
+    generated: List[Stmt] = []
+    # the generated loop: hot_loop's or hot_charging_loop's (a loop takes run_simple or
+    # not by its shape, the same every render, so only one of them ever fills it)
+    generated_loop: List[Any] = []
+    iterations = [0]
+
+    def is_hot(count: int) -> bool:
+        iterations[0] += count
+        return _hot_enough(iterations[0], hot_after, renders)
+
+    def hot_body() -> Stmt:
+        if not generated:
+            generated.append(generate_body(body))
+        return generated[0]
+
+    def hot_loop(scope: Scope) -> Any:
+        if not generated_loop:
+            generated_loop.append(generate_loop(
+                body, simple_name, uses_loop, iteration_cost,
+                _items_stability(env, node.body, facts, body_binds, scope)))
+        return generated_loop[0]
+
+    # (the generated loop only reads the dict: the shared one, not a copy)
+    starting_variables = (lambda ctx: starting_undefined(fresh, ctx.undefined)) \
+        if fresh else None
+
+    def hot_charging_loop(scope: Scope) -> Any:
+        if not generated_loop:
+            generated_loop.append(generate_charging_loop(
+                body, simple_name, uses_loop, iteration_cost, starting_variables,
+                _items_stability(env, node.body, facts, body_binds, scope), body_binds))
+        return generated_loop[0]
+
+    return is_hot, hot_body, hot_loop, hot_charging_loop, generated_loop
+
+
+def _loop_for_stmt(node: n.Node, iterable: Expr, else_: Optional[Stmt], generated_loop: List[Any],
+                   charged_list: Any, recurse_in: Any, run: Any, uses_loop: bool) -> Stmt:
+    """The statement of a loop that takes the general path (``run``)."""
+    recursive = node.recursive
+
+    def for_stmt(scope: Scope, out: list) -> Any:
+        value = iterable(scope)
+        if type(value) is list and not value and else_ is None:
+            return None  # `message.tool_calls | default([])`: nothing to do or charge
+        looped = generated_loop[0] if generated_loop else None
+        if looped is not None:
+            # `run` written out once the generated loop is made (only hot_charging_loop
+            # fills it for a loop taking this path): the same checks and charges, fewer
+            # calls (an inner loop is entered for every message)
+            items = charged_list(scope, value, 0)
+            if items is not None:
+                if not items:
+                    return None
+                ctx = scope.ctx
+                loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                                   ctx.undefined) if uses_loop else None
+                if looped(Scope({}, scope, ctx), out, items, loop) is not None:
+                    try:
+                        ctx.step(0)
+                    except TemplateError as exc:
+                        raise _locate(exc, node) from None
+                return None
+        return run(scope, out, value, 0)
+
+    return for_stmt
+
+
+def _loop_for_simple(node: n.Node, iterable: Expr, generated_loop: List[Any], charged_list: Any,
+                     items_of: Any, recurse_in: Any, run_simple: Any, stop_over_limit: Any,
+                     uses_loop: bool, iteration_cost: int) -> Stmt:
+    """The statement of the common loop (``run_simple``)."""
+    recursive = node.recursive
+
+    def for_simple(scope: Scope, out: list) -> Any:
+        """``for_stmt`` and ``run`` in one call, for the common loop (one name, no
+        `else`, nothing bound in the body): an inner loop is entered for every message."""
+        value = iterable(scope)
+        if type(value) is list and not value:
+            return None  # (as for_stmt)
+        looped = generated_loop[0] if generated_loop else None
+        if looped is not None:
+            # items_of and run_simple written out once the generated loop is made: the
+            # same checks and charges, in one (the general path raises)
+            items = charged_list(scope, value, iteration_cost)
+            if items is not None:
+                if not items:
+                    return None
+                ctx = scope.ctx
+                if uses_loop:
+                    loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                                       ctx.undefined)
+                    inner = Scope({"loop": loop}, scope, ctx)
+                else:
+                    loop = None
+                    inner = Scope({}, scope, ctx)
+                stopped = looped(inner, out, items, loop)
+                while stopped is not None:  # as run_simple
+                    stop_over_limit(ctx, stopped)
+                    stopped = looped(inner, out, stopped, loop)
+                return None
+        items = items_of(scope, value)
+        if not items:
+            return None
+        ctx = scope.ctx
+        loop = LoopContext(items, 0, recurse_in(scope) if recursive else None,
+                           ctx.undefined) if uses_loop else None
+        return run_simple(scope, out, items, loop, ctx)
+
+    return for_simple
+
+
+def _loop_items_of(node: n.Node, assign: Callable[[Scope, Any], None], loop_filter: Any,
+                   filter_cost: int) -> Callable[[Scope, Any], List[Any]]:
+    """``items_of(scope, value)``: the items a loop runs over, materialised, charged and
+    filtered by its ``if``."""
+    def items_of(scope: Scope, value: Any) -> List[Any]:
+        kind = type(value)
+        if (kind is list or kind is tuple) and loop_filter is None:
+            # materialise() written out for the common case (an inner loop runs per
+            # message); anything over a limit takes the general path below, which raises
+            ctx = scope.ctx
+            size = len(value)
+            if size <= ctx.limits.max_collection_size and \
+                    ctx.steps + (size >> 1) <= ctx.max_steps:
+                ctx.steps += size >> 1  # budget.ITEMS_SHIFT, as materialise charges
+                return list(value)
+        if isinstance(value, Undefined):
+            try:
+                iter(value)  # StrictUndefined raises here
+            except TemplateError as exc:
+                exc._locate(node.iter.lineno, node.iter.column)
+                raise
+            return []
+        try:
+            items = list(value.keys()) if type(value) is dict else materialise(value)
+        except TemplateError as exc:
+            exc._locate(node.iter.lineno, node.iter.column)
+            raise
+        except Exception as exc:
+            raise _locate(exc, node.iter) from exc
+        if loop_filter is not None:
+            try:
+                scope.ctx.charge(len(items) * filter_cost)
+            except TemplateError as exc:
+                raise _locate(exc, node) from None
+            kept = []
+            for item in items:
+                inner = Scope({}, scope, scope.ctx)
+                assign(inner, item)
+                if loop_filter(inner):
+                    kept.append(item)
+            items = kept
+        return items
+
+    return items_of
+
+
+def _loop_charged_list(loop_filter: Any) -> Callable[[Scope, Any, int], Optional[List[Any]]]:
+    def charged_list(scope: Scope, value: Any, per_item: int) -> Optional[List[Any]]:
+        """For a loop whose generated function is made: ``value`` (a list or tuple)
+        copied and charged as items_of charges it, plus ``per_item`` steps an item; None
+        when the general path must decide (another type, a filter, a limit to raise)."""
+        kind = type(value)
+        if (kind is list or kind is tuple) and loop_filter is None:
+            ctx = scope.ctx
+            size = len(value)
+            charged = (size >> 1) + size * per_item
+            if size <= ctx.limits.max_collection_size and \
+                    ctx.steps + charged <= ctx.max_steps:
+                ctx.steps += charged
+                return list(value)
+        return None
+
+    return charged_list
+
+
+def _loop_stop_over_limit(node: n.Node, iteration_cost: int) -> Callable[[RenderContext, Any],
+                                                                         None]:
+    def stop_over_limit(ctx: RenderContext, remaining: Any) -> None:
+        """Output or work seems over its limit mid-loop, the iterations not yet run being
+        charged already: without their steps, raise the limit's error here if it still
+        is; else the loop goes on, their steps charged again (never given away)."""
+        not_run = operator.length_hint(remaining) * iteration_cost
+        ctx.steps -= not_run
+        try:
+            ctx.step(0)
+        except TemplateError as exc:
+            raise _locate(exc, node) from None
+        ctx.steps += not_run
+
+    return stop_over_limit
 
 
 def _items_stability(env: Any, statements: List[n.Node], facts: int, binds: FrozenSet[str],
