@@ -1191,61 +1191,8 @@ class Compiler:
         defaults_after_first = {param: constant for param, _, constant in after_first} \
             if after_first and all(constant is not MISSING for _, _, constant in after_first) \
             else None
-        collects_specials = (wants_caller and not explicit_caller) or catch_kwargs or \
-            catch_varargs
-
-        def bind(defining_scope: Scope, ctx: RenderContext, args: tuple, kwargs: dict
-                 ) -> Scope:
-            """The macro's scope for any other call: keywords, defaults (a constant taken as
-            it is), the specials (`is_param_set(m, field="name")`, `handle_role(role)`)."""
-            local = fresh_variables(fresh, ctx) if fresh else {}
-            scope = Scope(local, defining_scope, ctx)
-            found_caller = explicit_caller
-            given = len(args)
-            taken = 0  # keywords a parameter took
-            index = 0  # (counts the parameters given by position only)
-            for param, default, constant in parameters:
-                if index < given:
-                    local[param] = args[index]
-                    index += 1
-                    continue
-                value = kwargs.get(param, MISSING) if kwargs else MISSING
-                if value is not MISSING:
-                    taken += 1
-                elif constant is not MISSING:
-                    value = constant
-                elif default is not None:
-                    value = default(scope)
-                else:
-                    value = ctx.undefined(f"parameter {param!r} was not provided",
-                                          name=param)
-                local[param] = value
-            if taken == len(kwargs) and given <= count and not collects_specials:
-                return scope  # the common call: nothing left over, nothing to collect
-            # the keywords no parameter took, in their order, in a dict of the macro's own
-            # (the caller's is left alone)
-            kwargs = {key: value for key, value in kwargs.items()
-                      if positions.get(key, -1) < given}
-            if wants_caller and not found_caller:
-                caller = kwargs.pop("caller", None)
-                if caller is None:
-                    caller = ctx.undefined("No caller defined", name="caller")
-                local["caller"] = caller
-            if catch_kwargs:
-                local["kwargs"] = kwargs
-            elif kwargs:
-                if "caller" in kwargs:
-                    raise TypeError(
-                        f"macro {shown_name!r} was invoked with two values for the special caller"
-                        " argument. This is most likely a bug.")
-                raise TypeError(
-                    f"macro {shown_name!r} takes no keyword argument {next(iter(kwargs))!r}")
-            if catch_varargs:
-                local["varargs"] = tuple(args[count:])
-            elif given > count:
-                raise TypeError(
-                    f"macro {shown_name!r} takes not more than {count} argument(s)")
-            return scope
+        bind = _macro_binder(shown_name, parameters, positions, fresh, explicit_caller,
+                             wants_caller, catch_kwargs, catch_varargs)
 
         first_name = arg_names[0] if arg_names else None
         # the body's generated function once it is hot (see hot_switching), called directly
@@ -2755,6 +2702,74 @@ def _stable_items(env: Any, statements: List[n.Node], facts: int,
                 if env.tests.get(node.name) is not TESTS.get(node.name, env):
                     return False
     return callees or True
+
+
+# ---- the parts of a macro (Compiler.macro_parts) ----------------------------------------------
+def _macro_binder(shown_name: Optional[str], parameters: Tuple[Tuple[str, Any, Any], ...],
+                  positions: Dict[str, int], fresh: Tuple[str, ...], explicit_caller: bool,
+                  wants_caller: bool, catch_kwargs: bool, catch_varargs: bool
+                  ) -> Callable[[Scope, RenderContext, tuple, dict], Scope]:
+    """``bind(defining_scope, ctx, args, kwargs)``: a macro's scope for a call its invoke does
+    not bind itself. ``parameters``: (name, its default's closure or None, the default's
+    value when a constant, else MISSING)."""
+    count = len(parameters)
+    collects_specials = (wants_caller and not explicit_caller) or catch_kwargs or \
+        catch_varargs
+
+    def bind(defining_scope: Scope, ctx: RenderContext, args: tuple, kwargs: dict
+             ) -> Scope:
+        """The macro's scope for any other call: keywords, defaults (a constant taken as
+        it is), the specials (`is_param_set(m, field="name")`, `handle_role(role)`)."""
+        local = fresh_variables(fresh, ctx) if fresh else {}
+        scope = Scope(local, defining_scope, ctx)
+        found_caller = explicit_caller
+        given = len(args)
+        taken = 0  # keywords a parameter took
+        index = 0  # (counts the parameters given by position only)
+        for param, default, constant in parameters:
+            if index < given:
+                local[param] = args[index]
+                index += 1
+                continue
+            value = kwargs.get(param, MISSING) if kwargs else MISSING
+            if value is not MISSING:
+                taken += 1
+            elif constant is not MISSING:
+                value = constant
+            elif default is not None:
+                value = default(scope)
+            else:
+                value = ctx.undefined(f"parameter {param!r} was not provided",
+                                      name=param)
+            local[param] = value
+        if taken == len(kwargs) and given <= count and not collects_specials:
+            return scope  # the common call: nothing left over, nothing to collect
+        # the keywords no parameter took, in their order, in a dict of the macro's own
+        # (the caller's is left alone)
+        kwargs = {key: value for key, value in kwargs.items()
+                  if positions.get(key, -1) < given}
+        if wants_caller and not found_caller:
+            caller = kwargs.pop("caller", None)
+            if caller is None:
+                caller = ctx.undefined("No caller defined", name="caller")
+            local["caller"] = caller
+        if catch_kwargs:
+            local["kwargs"] = kwargs
+        elif kwargs:
+            if "caller" in kwargs:
+                raise TypeError(
+                    f"macro {shown_name!r} was invoked with two values for the special caller"
+                    " argument. This is most likely a bug.")
+            raise TypeError(
+                f"macro {shown_name!r} takes no keyword argument {next(iter(kwargs))!r}")
+        if catch_varargs:
+            local["varargs"] = tuple(args[count:])
+        elif given > count:
+            raise TypeError(
+                f"macro {shown_name!r} takes not more than {count} argument(s)")
+        return scope
+
+    return bind
 
 
 # ---- the parts of a for loop's closures (Compiler.s_for) ---------------------------------------
