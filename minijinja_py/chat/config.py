@@ -6,13 +6,9 @@ Loading (:func:`load_chat_config`, behind
 of ``tokenizer_config.json``; a list of named templates is selected by name, else ``tool_use`` when
 tools are given, else ``default``. GGUF files are read by :mod:`minijinja_py.chat.gguf`.
 
-A model folder is untrusted input: only regular files are read (never a FIFO, device or socket,
-which are refused from ``stat()`` and opened non-blocking besides), only files that resolve inside
-the folder (symlinks within it are fine, and in a Hugging Face cache snapshot the repository's
-``blobs/`` too), at most :data:`MAX_CONFIG_BYTES` per JSON file, ``Limits.max_source_size``
-characters per template file and :data:`MAX_FOLDER_BYTES` in all. Every refusal, and every
-unreadable, non-UTF-8 or invalid (too deep, huge-integer) JSON file, is a
-:class:`ChatConfigError` naming the file.
+A model folder is untrusted input: its files are read through :mod:`minijinja_py.chat.files`
+(regular files inside the folder only, capped per file and in all); every refusal, and every
+unreadable, non-UTF-8 or invalid JSON file, is a :class:`ChatConfigError` naming the file.
 """
 
 from __future__ import annotations

@@ -72,21 +72,20 @@ __all__ = [
     "SPECIAL_TOKEN_NAMES",
 ]
 
-# The names of .config this module has always offered, imported when first asked for; and
-# apply_chat_template, which was defined here and is now the one-call facade in .api (above
-# both this module and the tokenizer layer it dispatches to).
-_FROM_ELSEWHERE = {"ChatConfig": "config", "ChatConfigError": "config",
-                   "load_chat_config": "config", "select_template": "config",
-                   "SPECIAL_TOKEN_NAMES": "config", "apply_chat_template": "api"}
+# The names of .config this module has always offered, imported when first asked for.
+_FROM_CONFIG = frozenset({"ChatConfig", "ChatConfigError", "load_chat_config",
+                          "select_template", "SPECIAL_TOKEN_NAMES"})
 
 
 def __getattr__(name: str) -> object:
-    module_name = _FROM_ELSEWHERE.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
+    if name == "apply_chat_template":  # defined here once; now the one-call facade in .api,
+        from .api import apply_chat_template as value  # above this module and .tokens
+    elif name in _FROM_CONFIG:
+        from . import config
 
-    value = getattr(import_module(f".{module_name}", __package__), name)
+        value = getattr(config, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
     return value
 
