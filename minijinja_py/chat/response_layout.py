@@ -34,6 +34,7 @@ _CALL_FIELD = re.compile(r"tool_calls\[(\d+)\](.*)\Z", re.S)
 _ARGUMENT_KEY = re.compile(r'\.function\.arguments\{(".*")\}\Z', re.S)
 _ARGUMENT_VALUE = re.compile(r"\.function\.arguments\.(.+)\Z", re.S)
 _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+Path = Tuple[str, ...]  # keys into a decoded JSON value
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,8 @@ def split_repeat(before: str, between: str, after: str) -> Tuple[str, str, str]:
     the close what it shares with the text after the last one."""
     opening = _common_suffix(before, between)
     closing = min(_common_prefix(after, between), len(between) - opening)
-    return between[:closing], between[closing:len(between) - opening], between[len(between) - opening:]
+    middle_end = len(between) - opening
+    return between[:closing], between[closing:middle_end], between[middle_end:]
 
 
 class _ProbeRenderer:
@@ -241,15 +243,32 @@ class _ProbeRenderer:
             base = self.template.render(self.history, tools=self.tools, **self.kwargs)
         except TemplateError:
             return ""
-        return base if self.prompt.startswith(base) else self.prompt[:_common_prefix(base, self.prompt)]
+        if self.prompt.startswith(base):
+            return base
+        return self.prompt[:_common_prefix(base, self.prompt)]
+
+    def merged(self, message: Dict[str, Any]) -> Dict[str, Any]:
+        """The probe as the final message (continuing the prompt's final message)."""
+        if self.continued is None:
+            return message
+        merged = {**self.continued, **message}
+        prefix = self.continued.get("content") or ""
+        if isinstance(prefix, str) and isinstance(message.get("content"), str):
+            merged["content"] = prefix + message["content"]
+        return merged
+
+    def render_text(self, message: Dict[str, Any]) -> Optional[str]:
+        """The text of the probe's assistant turn (None when the template refuses it)."""
+        try:
+            text = self.template.render([*self.history, self.merged(message)],
+                                        tools=self.tools, **self.kwargs)
+        except TemplateError:
+            return None
+        return text[len(self.base):] if text.startswith(self.base) else None
 
     def render(self, message: Dict[str, Any]) -> Tuple[_Probe, str]:
         """The probe's turn (pieces from the start of the assistant turn) and the full text."""
-        if self.continued is not None:
-            message = {**self.continued, **message}
-            prefix = self.continued.get("content") or ""
-            if isinstance(prefix, str) and "content" in message:
-                message["content"] = prefix + message["content"]
+        message = self.merged(message)
         try:
             result = self.template.render_with_provenance(
                 [*self.history, message], tools=self.tools, **self.kwargs)
@@ -258,6 +277,20 @@ class _ProbeRenderer:
         start = len(self.base) if result.text.startswith(self.base) else _common_prefix(
             result.text, self.base)
         return _Probe(_pieces(result, start, len(self.history))), result.text
+
+
+class _Probes:
+    """The probe turns, each rendered when first asked for (most templates need few)."""
+
+    def __init__(self, renderer: _ProbeRenderer) -> None:
+        self._renderer = renderer
+        self._messages = _probe_messages()
+        self._done: Dict[str, _Probe] = {}
+
+    def __getitem__(self, name: str) -> _Probe:
+        if name not in self._done:
+            self._done[name] = self._renderer.render(self._messages[name])[0]
+        return self._done[name]
 
 
 def _probe_call(index: int, arguments: Any) -> Dict[str, Any]:
@@ -309,7 +342,7 @@ def _json_equals(text: str, wanted: Any) -> bool:
 
 
 def _json_call(turn: str, start: int, end: int, index: int, floor: int
-               ) -> Optional[Tuple[int, int, Tuple[str, ...], Tuple[str, ...], Tuple[str, ...], bool]]:
+               ) -> Optional[Tuple[int, int, Path, Path, Path, bool]]:
     """The JSON object (from a ``{`` at or before ``start``, after ``floor``) that holds call
     ``index`` whole: (object start, object end, name path, arguments path, id path, whether
     the arguments are a JSON string inside it)."""
@@ -388,7 +421,8 @@ def _kv_layout(pieces: Sequence[Piece], before: str, after: str
     between = text(values[0] + 1, keys[1])
     after_all = text(values[1] + 1, len(pieces)) + after
     value_close, separator, key_open = split_repeat(before, between, after_all)
-    quote = key_close[-1:] if key_close[-1:] in ("'", '"') and value_close[:1] == key_close[-1:] else ""
+    quoted = key_close[-1:] in ("'", '"') and value_close[:1] == key_close[-1:]
+    quote = key_close[-1:] if quoted else ""
     layout = KeyValueLayout(key_open, key_close, value_close, separator, quote)
     return layout, before[:len(before) - len(key_open)], after_all[len(value_close):]
 
@@ -416,7 +450,6 @@ def _sequence_elements(probe: _Probe, bounds: Dict[str, Any], open_raw: str, clo
         body = [("args_json", "")]
         tail = [("lit", tail_text + close_raw)]
     else:
-        before = "".join(text for kind, text in head if kind == "lit") if head[-1][0] == "lit" else ""
         if head[-1][0] == "lit":
             # The text just before the first key: only the trailing literal elements.
             before = ""
@@ -457,21 +490,60 @@ def _strip_header(text: str, header: str) -> str:
     return text[len(header):] if header and text.startswith(header) else text
 
 
+#: The tool schema of the witness probes' calls (their typed arguments).
+WITNESS_TOOLS = [{"type": "function", "function": {"name": name, "parameters": {
+    "type": "object", "properties": {
+        "pkey": {"type": "string"}, "qkey": {"type": "string"}, "count": {"type": "integer"},
+        "flag": {"type": "boolean"}, "place": {"type": "object"}, "tags": {"type": "array"},
+        "quoted": {"type": "string"}}}}} for name in PROBE_NAMES]
+
+
+def _witness_messages() -> Dict[str, Dict[str, Any]]:
+    """Messages whose round trip decides whether a field the layout reads really parses
+    (the key is what ``unsupported`` names when it does not)."""
+    probes = _probe_messages()
+    typed = {"count": 7, "flag": True, "place": {"lat": 1.5, "tags": ["x"]}, "tags": [1, "two"]}
+    return {
+        "content": probes["content"],
+        "reasoning_content": probes["reasoning"],
+        "tool_calls": probes["one_call_bare"],
+        "parallel_tool_calls": probes["two_calls_bare"],
+        "content_with_tool_calls": probes["one_call"],
+        "tool_call_string_arguments": {"role": "assistant", "content": None, "tool_calls": [
+            _probe_call(0, json.dumps(PROBE_ARGUMENTS[0]))]},
+        "tool_call_typed_arguments": {"role": "assistant", "content": None, "tool_calls": [
+            _probe_call(0, typed)]},
+        "tool_call_argument_escapes": {"role": "assistant", "content": None, "tool_calls": [
+            _probe_call(0, {"quoted": "it's \"quoted\",\na\\b"})]},
+    }
+
+
 def derive_layout(template: Any, messages: Optional[Sequence[Any]] = None, tools: Any = None,
                   add_generation_prompt: bool = True, continue_final_message: Any = False,
                   **template_kwargs: Any) -> ResponseLayout:
     """Render the probes through ``template`` (a :class:`ChatTemplate`) in this prompt
     context and read the layout of the assistant turn from their provenance."""
+    return derive(template, messages, tools, add_generation_prompt, continue_final_message,
+                  template_kwargs)[0]
+
+
+def derive(template: Any, messages: Optional[Sequence[Any]], tools: Any,
+           add_generation_prompt: bool, continue_final_message: Any,
+           template_kwargs: Dict[str, Any]
+           ) -> Tuple[ResponseLayout, List[Tuple[str, Dict[str, Any], Optional[str]]]]:
+    """The layout, and the witnesses to check it with: (field, message, the turn the template
+    writes for it, or None when it cannot render it)."""
     renderer = _ProbeRenderer(template, messages, tools, add_generation_prompt,
                               continue_final_message, template_kwargs)
     start = renderer.prompt[len(renderer.base):]
-    probes = {name: renderer.render(message)[0] for name, message in _probe_messages().items()}
+    probes = _Probes(renderer)
+
     unsupported: Dict[str, str] = {}
     content = probes["content"]
     if content.error or not content.text_of("content"):
-        reason = content.error or "the template does not write the final assistant message's content"
-        unsupported["content"] = reason
-        before, after = "", ""
+        unsupported["content"] = content.error or (
+            "the template does not write the final assistant message's content")
+        after = ""
         whole = "".join(p.text for p in content.pieces)
         before = whole[:_common_prefix(whole, start)]
     else:
@@ -480,9 +552,11 @@ def derive_layout(template: Any, messages: Optional[Sequence[Any]] = None, tools
     content_open = before[len(header):].strip()
     end = tuple(after.split()[:1]) if after.strip() else ()
     reasoning = _reasoning_markers(probes["reasoning"], start, unsupported)
-    one, two = probes["one_call"], probes["two_calls"]
+    one, two_name = probes["one_call"], "two_calls"
     if one.error or _call_span(one, 0) is None:
-        one, two = probes["one_call_bare"], probes["two_calls_bare"]
+        one, two_name = probes["one_call_bare"], "two_calls_bare"
+    # The two-call probe tells the separators; it is rendered only when one call shows.
+    two = probes[two_name] if not one.error and _call_span(one, 0) is not None else one
     calls, content_after, call_end = _call_layout(one, two, header, after, unsupported)
     if call_end and call_end not in end:
         end += (call_end,)
@@ -492,9 +566,28 @@ def derive_layout(template: Any, messages: Optional[Sequence[Any]] = None, tools
         wrapper = _strip_header(one.literal_around("content")[0], header).strip()
         if wrapper and wrapper != content_open:
             content_opens += (wrapper,)
-    return ResponseLayout(start=start, header=header, content_open=content_opens,
-                          reasoning=reasoning, end=end, calls=calls,
-                          unsupported=dict(unsupported), content_after_calls=content_after)
+    layout = ResponseLayout(start=start, header=header, content_open=content_opens,
+                            reasoning=reasoning, end=end, calls=calls,
+                            unsupported=dict(unsupported), content_after_calls=content_after)
+    return layout, _witnesses(renderer, layout)
+
+
+def _witnesses(renderer: _ProbeRenderer, layout: ResponseLayout
+               ) -> List[Tuple[str, Dict[str, Any], Optional[str]]]:
+    """The witness messages of what ``layout`` claims to read, with the turns the template
+    writes for them."""
+    witnesses = []
+    for name, message in _witness_messages().items():
+        if message.get("tool_calls") and layout.calls is None or (
+                name == "reasoning_content" and layout.reasoning is None):
+            continue
+        text = renderer.render_text(message)
+        if text is None and message.get("tool_calls") and message.get("content") is None:
+            # Some templates need content next to calls.
+            message = {**message, "content": PROBE_CONTENT}
+            text = renderer.render_text(message)
+        witnesses.append((name, renderer.merged(message), text))
+    return witnesses
 
 
 def _reasoning_markers(probe: _Probe, start: str, unsupported: Dict[str, str]
@@ -549,10 +642,8 @@ def _call_layout(one: _Probe, two: _Probe, header: str, end_text: str,
         return None, False, ""
     turn = first["turn"]
     pre = _strip_header(turn[first["floor"]:first["start"]], header)
-    post = turn[first["end"]:first["ceiling"]] if first["ceiling"] > first["end"] else turn[first["end"]:]
     content_after = any(p.kind == "content" for p in one.pieces[first["last"] + 1:])
-    if not content_after:
-        post = turn[first["end"]:]
+    post = turn[first["end"]:first["ceiling"]] if content_after else turn[first["end"]:]
     close_raw, separator, open_raw = post[:len(post) - _common_suffix(post, end_text)], "", pre
     second = _call_bounds(two, 1) if not two.error else None
     zeroth = _call_bounds(two, 0) if not two.error else None
@@ -578,6 +669,7 @@ def _call_layout(one: _Probe, two: _Probe, header: str, end_text: str,
                           **common), content_after, call_end
     elements = _sequence_elements(one, first, open_raw, close_raw, 0)
     if elements is None:
-        unsupported["tool_calls"] = "the probe call's arguments are written in a layout not recognised"
+        unsupported["tool_calls"] = (
+            "the probe call's arguments are written in a layout not recognised")
         return None, content_after, call_end
     return CallLayout(body="sequence", elements=elements, **common), content_after, call_end

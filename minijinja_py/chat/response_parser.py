@@ -21,7 +21,9 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import TemplateError
-from .response_layout import CallLayout, KeyValueLayout, ResponseLayout, derive_layout
+from dataclasses import replace
+
+from .response_layout import WITNESS_TOOLS, CallLayout, KeyValueLayout, ResponseLayout, derive
 
 _DECODER = json.JSONDecoder()
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.-]*\Z")
@@ -152,7 +154,8 @@ def _at_path(value: Any, path: Sequence[str]) -> Any:
 
 
 class ResponseParser:
-    """Parses generated text with a :class:`ResponseLayout` (see :meth:`ChatTemplate.response_parser`).
+    """Parses generated text with a :class:`ResponseLayout`
+    (see :meth:`ChatTemplate.response_parser`).
 
     ``unsupported`` maps each field the probes could not witness to the reason; such a field
     is never parsed (its text stays in ``content``). ``response_template`` is the layout in
@@ -180,7 +183,10 @@ class ResponseParser:
         ``tool_calls`` when present. Never raises unless ``strict``."""
         if not isinstance(text, str):
             raise TypeError(f"parse() takes the generated text as str, not {type(text).__name__}")
-        source = self.layout.start + text
+        return self._parse_source(self.layout.start + text, strict)
+
+    def _parse_source(self, source: str, strict: bool = False) -> Dict[str, Any]:
+        """Parse the whole assistant turn (the prompt's part of it, then the generated text)."""
         message: Dict[str, Any] = {"role": "assistant", "content": None}
         position = self._reasoning(source, message)
         if position == 0 and self.layout.header and source.startswith(self.layout.header):
@@ -204,7 +210,7 @@ class ResponseParser:
         opening, closing = self.layout.reasoning
         start = source.find(opening)
         header = self.layout.header
-        if start == -1 or not (header.startswith(source[:start]) or not source[:start].strip()):
+        if start == -1 or not header.strip().startswith(source[:start].strip()):
             return 0
         start += len(opening)
         stop = source.find(closing, start)
@@ -427,10 +433,53 @@ def _terminator(element: Optional[Tuple[str, Any]]) -> str:
     return ""
 
 
+def comparable(message: Dict[str, Any]) -> Tuple[Any, ...]:
+    """What a round trip compares: content and reasoning without the whitespace at their ends,
+    calls as (name, arguments) (arguments given as JSON text decoded)."""
+    def text(value: Any) -> Optional[str]:
+        return value.strip() or None if isinstance(value, str) else None
+
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass
+        calls.append((function.get("name"), arguments))
+    return (text(message.get("content")), text(message.get("reasoning_content")), calls)
+
+
+def _checked(layout: ResponseLayout, witnesses: Sequence[Tuple[str, Dict[str, Any], Optional[str]]]
+             ) -> ResponseLayout:
+    """Declare in ``unsupported`` every field whose witness does not come back from a parse of
+    the turn the template writes for it: what the layout reads is then known to parse."""
+    unsupported = dict(layout.unsupported)
+    checker = ResponseParser(layout, WITNESS_TOOLS)
+    for field_name, message, turn in witnesses:
+        if field_name in unsupported or (field_name != "content" and "tool_calls" in unsupported
+                                         and "tool_call" in field_name):
+            continue
+        if field_name == "reasoning_content" and layout.reasoning is None:
+            continue
+        if turn is None:
+            if field_name != "content":
+                unsupported[field_name] = "the template refuses to write such a message"
+            continue
+        if comparable(checker._parse_source(turn)) != comparable(message):
+            unsupported[field_name] = (
+                "the template writes it, but not in a form that parses back unambiguously")
+    calls = layout.calls if "tool_calls" not in unsupported else None
+    reasoning = layout.reasoning if "reasoning_content" not in unsupported else None
+    return replace(layout, unsupported=unsupported, calls=calls, reasoning=reasoning)
+
+
 def response_parser(template: Any, messages: Any = None, tools: Any = None,
                     add_generation_prompt: bool = True, continue_final_message: Any = False,
                     **template_kwargs: Any) -> ResponseParser:
     """Derive the parser of ``template``'s assistant turn in this prompt context."""
-    layout = derive_layout(template, messages, tools, add_generation_prompt,
-                           continue_final_message, **template_kwargs)
-    return ResponseParser(layout, tools)
+    layout, witnesses = derive(template, messages, tools, add_generation_prompt,
+                               continue_final_message, template_kwargs)
+    return ResponseParser(_checked(layout, witnesses), tools)

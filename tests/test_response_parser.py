@@ -1,0 +1,215 @@
+"""ChatTemplate.response_parser: the parser of a model's output, derived from the template's
+own provenance (minijinja_py/chat/response_layout.py, response_parser.py, response_export.py).
+
+The corpus round trip renders conversations ending in an assistant message (generated ones:
+content, reasoning, 1 and 3 calls, string, typed and unicode arguments; and the corpus
+contexts' own assistant messages), takes the text after the prompt and parses it back: each
+comes back equal, or its differing field is declared in ``parser.unsupported``.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import pytest
+
+from corpus_support import CORPUS, corpus_available
+
+import minijinja_py as mj
+from minijinja_py.chat.response_parser import ResponseParseError
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+# Qwen-style: reasoning in <think>, calls as JSON in <tool_call> tags, a generation prompt
+# that pre-opens <think> when enable_thinking is set.
+HERMES = (
+    "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+    "{%- if m.reasoning_content %}{{ '<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- if m.content %}{{ m.content }}{% endif %}"
+    "{%- for c in m.tool_calls or [] %}{{ '\\n<tool_call>\\n{\"name\": \"' + c.function.name"
+    " + '\", \"arguments\": ' + (c.function.arguments | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}{{- '<|im_end|>\\n' }}{% endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking %}{{ '<think>\\n' }}{% endif %}{% endif %}")
+
+# Qwen3-Coder-style per-key arguments.
+PER_KEY = """{%- for m in messages %}<|im_start|>{{ m.role }}
+{% if m.content %}{{ m.content }}{% endif %}
+{%- for c in m.tool_calls or [] %}
+<tool_call>
+<function={{ c.function.name }}>
+{% for k, v in c.function.arguments | items %}<parameter={{ k }}>
+{{ v | tojson if v is mapping else v }}
+</parameter>
+{% endfor %}</function>
+</tool_call>
+{%- endfor %}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+USER = [{"role": "user", "content": "Hi"}]
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "where": {"type": "object"}}}}}]
+
+
+def test_content_comes_back_with_or_without_the_end_marker() -> None:
+    ct = mj.ChatTemplate(CHATML)
+    parser = ct.response_parser(USER)
+    assert parser.parse("Hello there.<|im_end|>") == {"role": "assistant",
+                                                      "content": "Hello there."}
+    assert parser.parse("Hello there.") == {"role": "assistant", "content": "Hello there."}
+    assert {"tool_calls", "reasoning_content"} <= set(parser.unsupported)
+    assert ct.parse_response("Hi!<|im_end|>\n", USER)["content"] == "Hi!"
+
+
+def test_a_template_without_tool_calls_leaves_call_text_in_content() -> None:
+    parser = mj.ChatTemplate(CHATML).response_parser(USER)
+    text = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    assert parser.parse(text) == {"role": "assistant", "content": text}
+    assert "does not write" in parser.unsupported["tool_calls"]
+
+
+def test_reasoning_content_and_calls_of_a_hermes_layout() -> None:
+    parser = mj.ChatTemplate(HERMES).response_parser(USER)
+    assert parser.unsupported == {}
+    text = ('<think>\nCheck both.\n</think>\nLet me look.\n<tool_call>\n'
+            '{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call><|im_end|>\n')
+    assert parser.parse(text) == {
+        "role": "assistant", "content": "Let me look.", "reasoning_content": "Check both.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather",
+                                              "arguments": {"city": "Zürich"}}},
+            {"type": "function", "function": {"name": "get_time", "arguments": {}}}]}
+
+
+def test_a_generation_prompt_that_opens_the_reasoning_block() -> None:
+    ct = mj.ChatTemplate(HERMES)
+    opened = ct.response_parser(USER, enable_thinking=True)
+    assert opened.layout.start.endswith("<think>\n")
+    assert opened.parse("Why not.\n</think>\nYes.") == {
+        "role": "assistant", "content": "Yes.", "reasoning_content": "Why not."}
+    # Without the pre-opened block the same text is all content.
+    assert ct.response_parser(USER).parse("Why not.\n</think>\nYes.")["content"] == (
+        "Why not.\n</think>\nYes.")
+
+
+def test_per_key_arguments_are_typed_by_the_tool_schema() -> None:
+    ct = mj.ChatTemplate(PER_KEY)
+    text = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nSão Paulo\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n<parameter=where>\n{\"lat\": -23.5}\n"
+            "</parameter>\n</function>\n</tool_call><|im_end|>")
+    typed = ct.response_parser(USER, tools=WEATHER).parse(text)
+    assert typed["tool_calls"][0]["function"] == {
+        "name": "get_weather", "arguments": {"city": "São Paulo", "days": 3,
+                                             "where": {"lat": -23.5}}}
+    untyped = ct.response_parser(USER).parse(text)
+    assert untyped["tool_calls"][0]["function"]["arguments"]["days"] == "3"
+
+
+def test_continue_final_message_parses_the_whole_message() -> None:
+    ct = mj.ChatTemplate(HERMES)
+    conversation = USER + [{"role": "assistant", "content": "The answer"}]
+    parser = ct.response_parser(conversation, add_generation_prompt=False,
+                                continue_final_message=True)
+    assert parser.parse(" is 4.<|im_end|>") == {"role": "assistant",
+                                                "content": "The answer is 4."}
+
+
+def test_strict_parsing_raises_with_the_position() -> None:
+    parser = mj.ChatTemplate(HERMES).response_parser(USER)
+    broken = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\n</tool_call>"
+    assert parser.parse(broken) == {"role": "assistant", "content": broken}
+    with pytest.raises(ResponseParseError) as caught:
+        parser.parse(broken, strict=True)
+    assert isinstance(caught.value, mj.TemplateError)
+    prefix = len(parser.layout.start)
+    assert caught.value.position == prefix + broken.index("{")
+    assert "invalid JSON" in str(caught.value)
+
+
+def test_the_exported_response_template() -> None:
+    template = mj.ChatTemplate(HERMES).response_parser(USER).response_template
+    assert template["version"] == 1
+    assert template["start_anchor"] == "<|im_start|>assistant"
+    assert template["fields"]["reasoning_content"] == {"open": "<think>", "close": "</think>"}
+    calls = template["fields"]["tool_calls"]
+    assert (calls["open"], calls["close"], calls["content"], calls["repeats"]) == (
+        "<tool_call>", "</tool_call>", "json", True)
+    assert calls["transform"]["function"] == {"name": "{content.name}",
+                                              "arguments": "{content.arguments}"}
+    assert template["fields"]["content"] == {"close": "<|im_end|>"}
+
+
+# -- parse never raises ------------------------------------------------------------------------
+
+_ALPHABET = ['<tool_call>', '</tool_call>', '<think>', '</think>', '{', '}', '[', ']', '"',
+             ':', ',', '<parameter=', '</parameter>', '<function=', '>', '\n', ' ', 'a', 'é',
+             '\\', '<|im_end|>', '(', ')', '=', "'", 'name', 'arguments', '1']
+
+
+@pytest.mark.parametrize("source", [CHATML, HERMES, PER_KEY])
+def test_parse_never_raises_on_random_and_truncated_text(source: str) -> None:
+    parser = mj.ChatTemplate(source).response_parser(USER, tools=WEATHER)
+    rng = random.Random(39)
+    valid = ('<think>\nx\n</think>\nok\n<tool_call>\n{"name": "get_weather", "arguments": '
+             '{"city": "a"}}\n</tool_call><|im_end|>')
+    texts = [valid[:cut] for cut in range(len(valid) + 1)]
+    texts += ["".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(40)))
+              for _ in range(400)]
+    for text in texts:
+        message = parser.parse(text)
+        assert message["role"] == "assistant"
+        assert message["content"] is None or isinstance(message["content"], str)
+
+
+# -- the corpus round trip ------------------------------------------------------------------------
+
+needs_corpus = pytest.mark.skipif(not corpus_available(), reason="shared corpus not found")
+
+
+@pytest.fixture(scope="module")
+def round_trip() -> dict:
+    """Every corpus template's round trip, derived once per template and prompt context."""
+    from response_roundtrip import TemplateRoundTrip
+
+    outcomes = collections.Counter()
+    mismatches = []
+    for path in sorted((CORPUS / "templates").glob("*.jinja")):
+        trip = TemplateRoundTrip(path.stem)
+        for case in trip.cases():
+            outcome = trip.run(*case)
+            outcomes[outcome["kind"]] += 1
+            if outcome["kind"] == "mismatch":
+                mismatches.append((path.stem, case[0], outcome["differing"], outcome["got"]))
+    return {"outcomes": outcomes, "mismatches": mismatches}
+
+
+@needs_corpus
+def test_the_corpus_round_trip_has_no_silent_mismatch(round_trip: dict) -> None:
+    assert round_trip["mismatches"] == []
+    outcomes = round_trip["outcomes"]
+    # What the derivation reads must keep reading it: a regression that declares more
+    # unsupported (or parses less) shows here. Counts of this corpus (152 templates).
+    assert outcomes["ok"] >= 700, outcomes
+    assert outcomes["markers_in_data"] <= 10, outcomes
+
+
+@needs_corpus
+def test_the_corpus_tool_call_layouts_are_derived() -> None:
+    from response_roundtrip import HISTORY, TOOLS, TemplateRoundTrip
+
+    layouts = collections.Counter()
+    for slug in ("ollama-cogito-14b", "hfjs-mistralai-mistral-7b-instruct-v0.3",
+                 "trl-tiny-aya-chat-template", "hfjs-zai-org-glm-5.1", "vllm-olmo3",
+                 "trl-deepseekv3-training", "axolotl-llama4"):
+        parser = TemplateRoundTrip(slug).parser(HISTORY, TOOLS, {"eos_token": "</s>"}, False)
+        calls = parser.layout.calls
+        assert calls is not None, (slug, parser.unsupported)
+        kinds = {kind for kind, _ in calls.elements}
+        layouts["json list" if calls.json_list else "json" if calls.body == "json"
+                else "per key" if "kv" in kinds else "json arguments"] += 1
+    assert layouts == {"json": 2, "json list": 1, "per key": 3, "json arguments": 1}
