@@ -129,8 +129,11 @@ def _declared(field: str, message: Dict[str, Any], unsupported: Dict[str, str]) 
         return True
     calls = message.get("tool_calls") or []
     if field == "content":
+        # Text the parser cannot take out of the content stays in it.
+        reasoning = message.get("reasoning_content") or message.get("thinking")
         return bool(calls) and ("content_with_tool_calls" in unsupported
-                                or _declared("tool_calls", message, unsupported))
+                                or _declared("tool_calls", message, unsupported)) or (
+            bool(reasoning) and "reasoning_content" in unsupported)
     if field != "tool_calls":
         return False
     arguments = [call["function"]["arguments"] for call in calls]

@@ -106,6 +106,7 @@ class ResponseLayout:
     calls: Optional[CallLayout]
     unsupported: Mapping[str, str] = field(default_factory=dict)
     content_after_calls: bool = False
+    content_wrapped: bool = False  # content always follows content_open[0]
 
 
 class _Probe:
@@ -551,7 +552,7 @@ def derive(template: Any, messages: Optional[Sequence[Any]], tools: Any,
     header = before[:_common_prefix(before, start)] if start else ""
     content_open = before[len(header):].strip()
     end = tuple(after.split()[:1]) if after.strip() else ()
-    reasoning = _reasoning_markers(probes["reasoning"], start, unsupported)
+    reasoning = _reasoning_markers(probes["reasoning"], start, content_open, unsupported)
     one, two_name = probes["one_call"], "two_calls"
     if one.error or _call_span(one, 0) is None:
         one, two_name = probes["one_call_bare"], "two_calls_bare"
@@ -568,7 +569,8 @@ def derive(template: Any, messages: Optional[Sequence[Any]], tools: Any,
             content_opens += (wrapper,)
     layout = ResponseLayout(start=start, header=header, content_open=content_opens,
                             reasoning=reasoning, end=end, calls=calls,
-                            unsupported=dict(unsupported), content_after_calls=content_after)
+                            unsupported=dict(unsupported), content_after_calls=content_after,
+                            content_wrapped=bool(content_open))
     return layout, _witnesses(renderer, layout)
 
 
@@ -590,8 +592,8 @@ def _witnesses(renderer: _ProbeRenderer, layout: ResponseLayout
     return witnesses
 
 
-def _reasoning_markers(probe: _Probe, start: str, unsupported: Dict[str, str]
-                       ) -> Optional[Tuple[str, str]]:
+def _reasoning_markers(probe: _Probe, start: str, content_open: str,
+                       unsupported: Dict[str, str]) -> Optional[Tuple[str, str]]:
     if probe.error:
         unsupported["reasoning_content"] = probe.error
         return None
@@ -607,6 +609,8 @@ def _reasoning_markers(probe: _Probe, start: str, unsupported: Dict[str, str]
         words = before.split()
         opening = words[-1] if words else ""
     closing = after.strip()
+    if content_open and closing.endswith(content_open) and closing != content_open:
+        closing = closing[:-len(content_open)].strip()  # the content's own open marker
     if not opening or not closing:
         unsupported["reasoning_content"] = (
             "the template writes reasoning without a marker on both sides: "
