@@ -236,7 +236,8 @@ class TemplateRoundTrip:
         want = comparable(message, with_ids)
         have = comparable(got, with_ids)
         differing = sorted(k for k in want if want[k] != have[k])
-        outcome = {"kind": "ok", "text": text, "got": got, "differing": differing}
+        outcome = {"kind": "ok", "text": text, "got": got, "differing": differing,
+                   "parser": parser}
         if not differing:
             return outcome
         if all(_declared(field, message, parser.unsupported) for field in differing):

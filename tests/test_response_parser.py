@@ -182,6 +182,7 @@ def round_trip() -> dict:
 
     outcomes = collections.Counter()
     mismatches = []
+    texts = []
     for path in sorted((CORPUS / "templates").glob("*.jinja")):
         trip = TemplateRoundTrip(path.stem)
         for case in trip.cases():
@@ -189,7 +190,9 @@ def round_trip() -> dict:
             outcomes[outcome["kind"]] += 1
             if outcome["kind"] == "mismatch":
                 mismatches.append((path.stem, case[0], outcome["differing"], outcome["got"]))
-    return {"outcomes": outcomes, "mismatches": mismatches}
+            if "parser" in outcome:
+                texts.append((path.stem, case[0], outcome["parser"], outcome["text"]))
+    return {"outcomes": outcomes, "mismatches": mismatches, "texts": texts}
 
 
 @needs_corpus
@@ -217,6 +220,68 @@ def test_the_corpus_tool_call_layouts_are_derived() -> None:
         layouts["json list" if calls.json_list else "json" if calls.body == "json"
                 else "per key" if "kv" in kinds else "json arguments"] += 1
     assert layouts == {"json": 2, "json list": 1, "per key": 3, "json arguments": 1}
+
+
+# -- streaming ------------------------------------------------------------------------------------
+
+
+def _streamed(parser: object, pieces: list) -> dict:
+    from minijinja_py.chat.response_stream import accumulate
+
+    stream = parser.stream()
+    deltas = []
+    for piece in pieces:
+        deltas += stream.feed(piece)
+    return accumulate(deltas + stream.close())
+
+
+def _random_split(text: str, rng: random.Random) -> list:
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randrange(1, 12))))
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+
+
+@needs_corpus
+def test_streamed_deltas_add_up_to_the_parse(round_trip: dict) -> None:
+    """Every round-trip text, in random chunks, and one character at a time for the templates
+    with tool calls or reasoning: the deltas add up to parse(text)."""
+    rng = random.Random(39)
+    differ = []
+    for slug, case, parser, text in round_trip["texts"]:
+        splits = [_random_split(text, rng)] if len(text) > 1 else [[text]]
+        if parser.layout.calls is not None or parser.layout.reasoning is not None:
+            splits.append(list(text))
+        for pieces in splits:
+            if _streamed(parser, pieces) != parser.parse(text):
+                differ.append((slug, case, pieces))
+    assert differ == []
+    assert len(round_trip["texts"]) > 1300
+
+
+def test_a_stream_of_a_hermes_turn() -> None:
+    parser = mj.ChatTemplate(HERMES).response_parser(USER)
+    stream = parser.stream()
+    text = ('<think>\nCheck.\n</think>\nSure.\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}'
+            '\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call><|im_end|>')
+    deltas = [delta for char in text for delta in stream.feed(char)] + stream.close()
+    assert deltas[:3] == [{"reasoning_content": "C"}, {"reasoning_content": "h"},
+                          {"reasoning_content": "e"}]
+    # A call is sent whole once the next one starts; the last one at close.
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert calls == [
+        {"index": 0, "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
+        {"index": 1, "type": "function", "function": {"name": "g", "arguments": "{}"}}]
+    assert "".join(d.get("content", "") for d in deltas) == "Sure."
+    with pytest.raises(ValueError):
+        stream.feed("more")
+
+
+@pytest.mark.parametrize("source", [CHATML, HERMES, PER_KEY])
+def test_streams_of_random_text_add_up_to_the_parse(source: str) -> None:
+    parser = mj.ChatTemplate(source).response_parser(USER, tools=WEATHER)
+    rng = random.Random(40)
+    for _ in range(200):
+        text = "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(2, 40)))
+        assert _streamed(parser, _random_split(text, rng)) == parser.parse(text), text
 
 
 # -- transformers as the judge of the exported response_template ---------------------------------

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import TemplateError
 from dataclasses import replace
 
 from .response_layout import WITNESS_TOOLS, CallLayout, KeyValueLayout, ResponseLayout, derive
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .response_stream import ResponseStream
 
 _DECODER = json.JSONDecoder()
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.-]*\Z")
@@ -175,6 +178,14 @@ class ResponseParser:
         from .response_export import response_template
 
         return response_template(self.layout)
+
+    def stream(self) -> "ResponseStream":
+        """An incremental parse: ``feed(chunk)`` and ``close()`` return OpenAI-style deltas
+        that add up to :meth:`parse` of the whole text (see
+        :mod:`minijinja_py.chat.response_stream`)."""
+        from .response_stream import ResponseStream
+
+        return ResponseStream(self)
 
     # -- parsing -----------------------------------------------------------------------------
     def parse(self, text: str, *, strict: bool = False) -> Dict[str, Any]:
