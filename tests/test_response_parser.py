@@ -222,6 +222,15 @@ def test_the_corpus_tool_call_layouts_are_derived() -> None:
     assert layouts == {"json": 2, "json list": 1, "per key": 3, "json arguments": 1}
 
 
+def test_json_nested_deeper_than_python_recurses_stays_in_content() -> None:
+    parser = mj.ChatTemplate(HERMES).response_parser(USER, tools=WEATHER)
+    for text in ["<tool_call>\n" + '{"a":' * 100_000,
+                 '<tool_call>\n{"name": "get_weather", "arguments": ' + "[" * 100_000]:
+        assert parser.parse(text) == {"role": "assistant", "content": text}
+        with pytest.raises(ResponseParseError, match="nested too deep"):
+            parser.parse(text, strict=True)
+
+
 # -- streaming ------------------------------------------------------------------------------------
 
 

@@ -50,6 +50,19 @@ class _Misfit(Exception):
         self.position = position
 
 
+def _decode(text: str, start: int, whole: bool = False) -> Tuple[Any, int]:
+    """The JSON value at ``start`` and where it ends (``whole``: it must fill the text)."""
+    try:
+        value, stop = _DECODER.raw_decode(text, start)
+    except ValueError as error:
+        raise _Misfit(f"invalid JSON ({error.msg})", start) from None
+    except RecursionError:
+        raise _Misfit("JSON nested too deep", start) from None
+    if whole and text[stop:].strip():
+        raise _Misfit("text after the JSON value", stop)
+    return value, stop
+
+
 def _skip_space(text: str, position: int) -> int:
     while position < len(text) and text[position].isspace():
         position += 1
@@ -111,7 +124,10 @@ def _null(raw: str) -> Any:
 
 def _json_of(kind: type) -> Any:
     def decode(raw: str) -> Any:
-        value = json.loads(raw)
+        try:
+            value = json.loads(raw)
+        except RecursionError:
+            raise ValueError("nested too deep") from None
         if not isinstance(value, kind):
             raise ValueError(raw)
         return value
@@ -307,10 +323,7 @@ class ResponseParser:
         # The section's markers hold the array's brackets: '[TOOL_CALLS] [' ... ']'.
         position = _expect(text, position, layout.section_open[:-1])
         begin = _skip_space(text, position)
-        try:
-            value, stop = _DECODER.raw_decode(text, begin)
-        except ValueError as error:
-            raise _Misfit(f"invalid JSON ({error.msg})", begin) from None
+        value, stop = _decode(text, begin)
         if not isinstance(value, list) or not value:
             raise _Misfit("expected a JSON array of calls", begin)
         calls = [self._call_from_json(item, layout, begin) for item in value]
@@ -322,10 +335,7 @@ class ResponseParser:
         if layout.body == "json":
             position = _expect(text, position, layout.open)
             start = _skip_space(text, position)
-            try:
-                value, position = _DECODER.raw_decode(text, start)
-            except ValueError as error:
-                raise _Misfit(f"invalid JSON ({error.msg})", start) from None
+            value, position = _decode(text, start)
             call = self._call_from_json(value, layout, start)
             return call, _expect(text, position, layout.close)
         return self._sequence_call(text, position, layout.elements)
@@ -335,9 +345,9 @@ class ResponseParser:
         arguments = _at_path(value, layout.arguments_path)
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                raise _Misfit("arguments that are not JSON", position) from None
+                arguments = _decode(arguments, _skip_space(arguments, 0), whole=True)[0]
+            except _Misfit as misfit:
+                raise _Misfit(f"arguments text: {misfit}", position) from None
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise _Misfit("a call without a name and arguments", position)
         call_id = _at_path(value, layout.id_path) if layout.id_path else None
@@ -365,10 +375,7 @@ class ResponseParser:
                 position = _expect(text, position, value)
             elif kind == "args_json":
                 start = _skip_space(text, position)
-                try:
-                    decoded, position = _DECODER.raw_decode(text, start)
-                except ValueError as error:
-                    raise _Misfit(f"invalid JSON arguments ({error.msg})", start) from None
+                decoded, position = _decode(text, start)
                 if not isinstance(decoded, dict):
                     raise _Misfit("arguments that are not a JSON object", start)
                 fields["arguments"] = decoded
@@ -457,7 +464,7 @@ def comparable(message: Dict[str, Any]) -> Tuple[Any, ...]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         calls.append((function.get("name"), arguments))
     return (text(message.get("content")), text(message.get("reasoning_content")), calls)
