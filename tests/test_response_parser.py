@@ -293,6 +293,29 @@ def test_streams_of_random_text_add_up_to_the_parse(source: str) -> None:
         assert _streamed(parser, _random_split(text, rng)) == parser.parse(text), text
 
 
+@needs_corpus
+def test_corpus_parsers_never_raise_and_stream_like_they_parse(round_trip: dict) -> None:
+    """Random text made of each corpus parser's own markers and bits of JSON, and truncations
+    of its round-trip texts: parse never raises, and streams add up to it."""
+    from response_roundtrip import layout_markers
+
+    rng = random.Random(41)
+    parsers = {}
+    for slug, _, parser, text in round_trip["texts"]:
+        if parser.layout.calls is not None or parser.layout.reasoning is not None:
+            parsers.setdefault(slug, (parser, []))[1].append(text)
+    assert len(parsers) >= 20
+    for slug, (parser, texts) in parsers.items():
+        alphabet = layout_markers(parser) + _ALPHABET
+        samples = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30)))
+                   for _ in range(40)]
+        samples += [text[:rng.randrange(len(text))] for text in texts]
+        for text in samples:
+            message = parser.parse(text)
+            assert _streamed(parser, _random_split(text, rng) if len(text) > 1 else [text]
+                             ) == message, (slug, text)
+
+
 # -- transformers as the judge of the exported response_template ---------------------------------
 
 JUDGE = Path(__file__).resolve().parent / "fixtures" / "response_template_judge.json"

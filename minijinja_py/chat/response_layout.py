@@ -83,7 +83,6 @@ class CallLayout:
     name_path: Tuple[str, ...] = ()
     arguments_path: Tuple[str, ...] = ()
     id_path: Tuple[str, ...] = ()
-    kv: Optional[KeyValueLayout] = None
     json_list: bool = False
     arguments_as_string: bool = False
 
