@@ -231,6 +231,66 @@ def test_json_nested_deeper_than_python_recurses_stays_in_content() -> None:
             parser.parse(text, strict=True)
 
 
+# -- vLLM's documented tool-call formats ---------------------------------------------------------
+
+#: vLLM's tests/tool_parsers/test_format_conformance.py (commit 0e4c702a) pins each tool
+#: parser's wire format as raw model output and the calls it must give. Each family whose
+#: chat template the corpus has, with what the parser derived from that template does:
+#: "derived" (the calls come back), "declared" (tool_calls in parser.unsupported) or
+#: "other form" (the template writes calls in another form than vLLM's fixture: the text
+#: stays in content).
+VLLM_FORMATS = {
+    "hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "SF"}}\n</tool_call>',
+               {"ollama-cogito-14b": "derived", "seed-qwen-toml-generation": "derived",
+                "ollama-rnj-1-latest": "derived"}),
+    "pythonic": ('[get_weather(city="SF", units="metric")]',
+                 # gemma3's template writes no ", " between arguments; toolace's appends an
+                 # "r" to each value; llama4's writes no brackets.
+                 {"vllm-gemma3-pythonic": "other form", "vllm-toolace": "other form",
+                  "vllm-llama4-pythonic": "other form"}),
+    "mistral": ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "SF"}}]',
+                {"hfjs-mistralai-mistral-7b-instruct-v0.3": "derived",
+                 "hfjs-ciscai-mistral-7b-instruct-v0.3-sota-gguf": "derived"}),
+    "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nSF\n</parameter>\n"
+                    "</function>\n</tool_call>", {"trl-tiny-aya-chat-template": "derived"}),
+    "kimi_k2": ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0\n"
+                '<|tool_call_argument_begin|>{"city": "SF"}<|tool_call_end|>'
+                "<|tool_calls_section_end|>",
+                # The template appends to a list, which the sandbox (and transformers') refuses.
+                {"seed-kimi-k2": "declared"}),
+    "deepseek_v3": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                    '```json\n{"city": "SF"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+                    {"trl-deepseekv3-training": "derived", "axolotl-deepseek-v3": "declared"}),
+    "glm45": ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>SF</arg_value>\n"
+              "</tool_call>", {"hfjs-zai-org-glm-5.1": "derived"}),
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("family", sorted(VLLM_FORMATS))
+def test_vllm_documented_formats(family: str) -> None:
+    from corpus_support import template_source
+
+    raw, outcomes = VLLM_FORMATS[family]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"},
+                                         "units": {"type": "string"}}}}}]
+    for slug, outcome in outcomes.items():
+        # GLM's generation prompt opens <think> unless thinking is off; vLLM's fixture is
+        # the calls alone.
+        options = {"enable_thinking": False} if family == "glm45" else {}
+        parser = mj.ChatTemplate(template_source(slug)).response_parser(
+            USER, tools=tools, bos_token="<s>", eos_token="</s>", **options)
+        message = parser.parse(raw)
+        calls = [call["function"] for call in message.get("tool_calls", ())]
+        if outcome == "derived":
+            assert calls == [{"name": "get_weather", "arguments": {"city": "SF"}}], slug
+            assert message["content"] is None, slug
+        else:
+            assert calls == [] and message["content"] == raw, slug
+            assert ("tool_calls" in parser.unsupported) == (outcome == "declared"), slug
+
+
 # -- streaming ------------------------------------------------------------------------------------
 
 

@@ -70,7 +70,7 @@ class CallLayout:
 
     ``body`` is ``json`` (a JSON object; ``name_path``/``arguments_path``/``id_path`` say
     where its fields are) or ``sequence`` (``elements``: literal text and the slots
-    ``name``, ``id``, ``type``, ``args_json`` and ``args_kv``). ``json_list`` marks calls
+    ``name``, ``id``, ``type``, ``args_json`` and ``kv``). ``json_list`` marks calls
     written together as one JSON array between ``section_open`` and ``section_close``."""
 
     open: str
@@ -79,7 +79,7 @@ class CallLayout:
     section_close: str
     separator: str
     body: str
-    elements: Tuple[Tuple[str, str], ...] = ()
+    elements: Tuple[Tuple[str, Any], ...] = ()
     name_path: Tuple[str, ...] = ()
     arguments_path: Tuple[str, ...] = ()
     id_path: Tuple[str, ...] = ()
@@ -106,6 +106,7 @@ class ResponseLayout:
     unsupported: Mapping[str, str] = field(default_factory=dict)
     content_after_calls: bool = False
     content_wrapped: bool = False  # content always follows content_open[0]
+    prefill: str = ""  # template text the generation prompt adds after the header
 
 
 class _Probe:
@@ -198,6 +199,18 @@ def _common_prefix(a: str, b: str) -> int:
     while n < limit and a[n] == b[n]:
         n += 1
     return n
+
+
+_OPENERS, _CLOSERS = "<[{(", ">]})"
+
+
+def _token_start(text: str, cut: int) -> int:
+    """``cut``, moved back so that it does not split a token such as ``<think>`` (a prompt
+    ``<|assistant|></think>`` and a turn ``<|assistant|><think>`` share ``<|assistant|><``)."""
+    while 0 < cut < len(text) and not (text[cut - 1].isspace() or text[cut] in _OPENERS
+                                        or text[cut - 1] in _CLOSERS):
+        cut -= 1
+    return cut
 
 
 def _common_suffix(a: str, b: str) -> int:
@@ -566,10 +579,17 @@ def derive(template: Any, messages: Optional[Sequence[Any]], tools: Any,
         wrapper = _strip_header(one.literal_around("content")[0], header).strip()
         if wrapper and wrapper != content_open:
             content_opens += (wrapper,)
+    prefill = "" if continue_final_message else start[len(header):]
+    if prefill.strip() and reasoning is None and prefill.strip() not in content_opens:
+        # A generation prompt that opens a block the template never writes in its turns
+        # (<think> in a template that drops reasoning): its close is not witnessed.
+        unsupported["reasoning_content"] = (
+            f"the generation prompt opens {prefill.strip()!r}, but the template never writes "
+            "the final message's reasoning: what the model writes in it stays in content")
     layout = ResponseLayout(start=start, header=header, content_open=content_opens,
                             reasoning=reasoning, end=end, calls=calls,
                             unsupported=dict(unsupported), content_after_calls=content_after,
-                            content_wrapped=bool(content_open))
+                            content_wrapped=bool(content_open), prefill=prefill)
     return layout, _witnesses(renderer, layout)
 
 
@@ -601,7 +621,7 @@ def _reasoning_markers(probe: _Probe, start: str, content_open: str,
             "the template does not write the final assistant message's reasoning")
         return None
     before, after = probe.literal_around("reasoning")
-    opening = before[_common_prefix(before, start):].strip()
+    opening = before[_token_start(before, _common_prefix(before, start)):].strip()
     if not opening:
         # The prompt already holds the whole text before the reasoning (a pre-opened block):
         # its last word is the marker the model's own turn would start with.

@@ -16,6 +16,7 @@ Leading and trailing whitespace of content, reasoning, names and argument values
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
@@ -69,13 +70,35 @@ def _skip_space(text: str, position: int) -> int:
     return position
 
 
+@functools.lru_cache(maxsize=512)
+def _loose(marker: str) -> "re.Pattern[str]":
+    """``marker`` with its whitespace free: a run of whitespace in it, or none between two
+    tags (``</arg_key><arg_value>``), matches any whitespace (models and template versions
+    vary it; ``<parameter=`` and ``city`` still have to be written as they are)."""
+    pieces = []
+    for piece in re.split(r"(\s+)", marker.strip()):
+        if piece.isspace():
+            pieces.append(r"\s*")
+        elif piece:
+            pieces.append(re.escape(piece).replace("><", r">\s*<"))
+    return re.compile("".join(pieces))
+
+
+def _find(text: str, marker: str, position: int) -> Tuple[int, int]:
+    """(start, end) of the first loose match of ``marker`` from ``position``; (-1, -1)."""
+    found = _loose(marker).search(text, position) if marker.strip() else None
+    return (found.start(), found.end()) if found else (-1, -1)
+
+
 def _expect(text: str, position: int, literal: str) -> int:
-    """Skip whitespace, then require the stripped ``literal``; the position after it."""
-    core = literal.strip()
+    """Skip whitespace, then require the (loose) ``literal``; the position after it."""
     position = _skip_space(text, position)
-    if core and not text.startswith(core, position):
-        raise _Misfit(f"expected {core!r}", position)
-    return position + len(core)
+    if not literal.strip():
+        return position
+    found = _loose(literal).match(text, position)
+    if found is None:
+        raise _Misfit(f"expected {literal.strip()!r}", position)
+    return found.end()
 
 
 def _schema_types(schema: Any) -> Tuple[str, ...]:
@@ -257,7 +280,9 @@ class ResponseParser:
 
     def _without_content_open(self, content: str) -> str:
         stripped = content.lstrip()
-        for opening in self.layout.content_open:
+        for opening in (*self.layout.content_open, self.layout.prefill.strip()):
+            if not opening:
+                continue
             if stripped.startswith(opening):
                 return stripped[len(opening):]
         return content
@@ -269,6 +294,9 @@ class ResponseParser:
             return source[position:end], []
         text = source[:end]
         marker = layout.section_open or layout.open
+        if layout.json_list:
+            # '[TOOL_CALLS] [' is written '[TOOL_CALLS][' as often: find the part before '['.
+            marker = layout.section_open[:-1].strip() or marker
         if marker:
             found = text.find(marker, position)
             if found == -1:
@@ -384,7 +412,7 @@ class ResponseParser:
                     text, position, value, following[1] if following else "")
             else:
                 stop_at = _terminator(following)
-                stop = text.find(stop_at, position) if stop_at else -1
+                stop = _find(text, stop_at, position)[0]
                 if stop == -1:
                     raise _Misfit(f"no {stop_at!r} after the call's {kind}", position)
                 fields[kind] = text[position:stop].strip()
@@ -403,27 +431,37 @@ class ResponseParser:
         opened = False
         while True:
             if not opened:
-                start = _skip_space(text, position)
-                if layout.key_open.strip() and not text.startswith(layout.key_open.strip(), start):
+                try:
+                    position = _expect(text, position, layout.key_open)
+                except _Misfit:
                     break
-                position = start + len(layout.key_open.strip())
-            stop = text.find(key_close, position)
+            stop, stop_end = _find(text, key_close, position)
             if stop == -1:
                 raise _Misfit(f"no {key_close!r} after an argument name", position)
             key = text[position:stop].strip()
-            position = stop + len(key_close)
-            more = text.find(next_pair, position) if next_pair else -1
-            last = text.find(last_pair, position) if last_pair else -1
+            if not layout.key_open.strip() and not _IDENTIFIER.match(key):
+                # Keys without a marker of their own are names (f(a=1)); anything else means
+                # the values are written differently from the template's layout.
+                raise _Misfit(f"{key!r} is not an argument name", position)
+            position = stop_end
+            more, more_end = _find(text, next_pair, position)
+            last = _find(text, last_pair, position)[0]
             if last == -1 and more == -1:
                 raise _Misfit("an argument value without its end", position)
             if more != -1 and not layout.key_open.strip():
-                more = _next_unmarked_key(text, more + len(next_pair), key_close, more, next_pair)
+                more = _next_unmarked_key(text, more_end, key_close, more, next_pair)
+                more_end = more + len(next_pair)
             if more != -1 and (last == -1 or more < last):
                 arguments[key] = text[position:more].strip()
-                position, opened = more + len(next_pair), True
+                position, opened = more_end, True
                 continue
-            arguments[key] = text[position:last].strip()
-            position = last + len(value_close)
+            value = text[position:last].strip()
+            if layout.quote and key_close in value:
+                # A quoted value holding the next argument's ('SF", units="metric'): the
+                # arguments are separated differently from the template's layout.
+                raise _Misfit("an argument value that holds another argument", position)
+            arguments[key] = value
+            position = _expect(text, last, value_close)
             break
         return arguments, position
 
