@@ -112,6 +112,25 @@ def test_per_key_arguments_are_typed_by_the_tool_schema() -> None:
     assert untyped["tool_calls"][0]["function"]["arguments"]["days"] == "3"
 
 
+PYTHONIC = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content or '' }}"
+            "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}("
+            "{% for k, v in c.function.arguments | items %}{{ k }}={{ v }}"
+            "{% if not loop.last %}, {% endif %}{% endfor %}){% if not loop.last %}, {% endif %}"
+            "{% endfor %}]{% endif %}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_python_literal_arguments_are_typed_by_the_tool_schema() -> None:
+    parser = mj.ChatTemplate(PYTHONIC).response_parser(USER, tools=WEATHER)
+    assert "tool_call_typed_arguments" not in parser.unsupported
+    message = parser.parse("[get_weather(city=Rio de Janeiro, days=3, where={'lat': -22.9, "
+                           "'tags': ['a', None]}), get_weather(city=Lima)]<|end|>")
+    assert [call["function"] for call in message["tool_calls"]] == [
+        {"name": "get_weather", "arguments": {"city": "Rio de Janeiro", "days": 3,
+                                              "where": {"lat": -22.9, "tags": ["a", None]}}},
+        {"name": "get_weather", "arguments": {"city": "Lima"}}]
+
+
 def test_continue_final_message_parses_the_whole_message() -> None:
     ct = mj.ChatTemplate(HERMES)
     conversation = USER + [{"role": "assistant", "content": "The answer"}]

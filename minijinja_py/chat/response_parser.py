@@ -16,6 +16,7 @@ Leading and trailing whitespace of content, reasoning, names and argument values
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -145,16 +146,33 @@ def _null(raw: str) -> Any:
     return None
 
 
+#: Python literals longer than this are not read (ast.literal_eval's cost grows with them).
+_LITERAL_LIMIT = 100_000
+
+
 def _json_of(kind: type) -> Any:
+    """A reader of ``kind`` values written as JSON, or as Python literals (pythonic calls
+    print ``{'a': True}``)."""
     def decode(raw: str) -> Any:
         try:
             value = json.loads(raw)
         except RecursionError:
             raise ValueError("nested too deep") from None
+        except ValueError:
+            value = _python_literal(raw)
         if not isinstance(value, kind):
             raise ValueError(raw)
         return value
     return decode
+
+
+def _python_literal(raw: str) -> Any:
+    if len(raw) > _LITERAL_LIMIT:
+        raise ValueError("too long")
+    try:
+        return ast.literal_eval(raw.strip())
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        raise ValueError(raw) from None
 
 
 #: How a string argument is read as each JSON-schema type (transformers' rules: the first
