@@ -447,6 +447,7 @@ class ResponseParser:
         value_close = layout.value_close.strip()
         key_close = layout.key_close.strip()
         opened = False
+        last: Optional[int] = None  # where the text after the last value starts (-1: nowhere)
         while True:
             if not opened:
                 try:
@@ -463,7 +464,8 @@ class ResponseParser:
                 raise _Misfit(f"{key!r} is not an argument name", position)
             position = stop_end
             more, more_end = _find(text, next_pair, position)
-            last = _find(text, last_pair, position)[0]
+            if last is None or 0 <= last < position:  # looked up again once passed: linear
+                last = _find(text, last_pair, position)[0]
             if last == -1 and more == -1:
                 raise _Misfit("an argument value without its end", position)
             if more != -1 and not layout.key_open.strip():
