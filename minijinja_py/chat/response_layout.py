@@ -463,13 +463,12 @@ def _sequence_elements(probe: _Probe, bounds: Dict[str, Any], open_raw: str, clo
         body = [("args_json", "")]
         tail = [("lit", tail_text + close_raw)]
     else:
-        if head[-1][0] == "lit":
-            # The text just before the first key: only the trailing literal elements.
-            before = ""
-            for kind, text in reversed(head):
-                if kind != "lit":
-                    break
-                before = text + before
+        # The text just before the first key: the trailing literal elements.
+        before = ""
+        for kind, text in reversed(head):
+            if kind != "lit":
+                break
+            before = text + before
         kv = _kv_layout(pieces[lo:hi], before, tail_text + close_raw)
         if kv is None:
             return None
