@@ -1,6 +1,6 @@
 """Parse time of derived response parsers against transformers' ``parse_response`` with the
 exported ``response_template``, on the texts of tests/fixtures/response_template_judge.json
-(156 round-trip texts of 104 corpus templates: content, reasoning, 1 and 3 tool calls).
+(the round-trip texts of the corpus templates whose layout the format carries: content, reasoning, 1 and 3 tool calls).
 
 The two sides run in different venvs::
 
