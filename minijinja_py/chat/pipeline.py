@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
 
     from .. import ProvenanceResult
     from ..environment import Environment, Template
+    from .capabilities import Capabilities
     from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
                          select_template)
     from .tokens import ChatTokenizer
@@ -553,6 +554,23 @@ class ChatTemplate:
         if runs:
             runs[-1].end = min(runs[-1].end, len(text))
         return ProvenanceResult(text, runs, _clip_spans(result.generation_spans, len(text)))
+
+    def capabilities(self, **template_kwargs: Any) -> "Capabilities":
+        """What this template can do (system role, tools, tool calls and responses, parallel
+        calls, call ids, reasoning, content format...), each answer decided by which probe
+        inputs the template writes into the output, with a witness: see
+        :mod:`minijinja_py.chat.capabilities`. ``template_kwargs`` are passed to every probe
+        render (``enable_thinking=False``...). Computed once per template source, special
+        tokens and keyword arguments, and cached.
+
+        >>> caps = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}").capabilities()
+        >>> caps.supports_system_role, caps.supports_tools
+        (True, False)
+        """
+        from .capabilities import capabilities_of
+
+        _refuse_tokenization_options(template_kwargs)
+        return capabilities_of(self, template_kwargs)
 
     def trusted_variables(self, template_kwargs: Optional[Mapping[str, Any]] = None
                           ) -> frozenset:
