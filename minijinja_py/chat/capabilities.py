@@ -244,7 +244,8 @@ class Probe:
         found = {}
         for label, prefix in targets.items():
             ranges = self.ranges(prefix, exclude)
-            found[label] = {"path": prefix, "ranges": ranges[:MAX_RANGES],
+            found[label] = {"path": prefix, "excluding": list(exclude),
+                            "ranges": ranges[:MAX_RANGES],
                             "more_ranges": max(0, len(ranges) - MAX_RANGES)}
         record["written"] = found
         return record
@@ -667,7 +668,10 @@ def _cache_key(template: "ChatTemplate", kwargs: Dict[str, Any]) -> Tuple[Any, .
         frozen = json.dumps(kwargs, sort_keys=True, default=repr)
     except (TypeError, ValueError):
         frozen = repr(sorted(kwargs.items(), key=lambda item: item[0]))
-    return (template.source, tuple(sorted(template.special_tokens.items())), frozen)
+    # the environment stands for the clock (one per fixed clock, shared): a template that
+    # prints the date gives other outputs, so other witnesses, under another clock
+    return (template.source, tuple(sorted(template.special_tokens.items())), frozen,
+            template.environment)
 
 
 def capabilities_of(template: "ChatTemplate", kwargs: Dict[str, Any]) -> Capabilities:
