@@ -168,7 +168,7 @@ class Probe:
     """One rendered conversation: its inputs, its output (or the error) and its runs."""
 
     __slots__ = ("name", "messages", "tools", "add_generation_prompt", "kwargs", "text", "runs",
-                 "error")
+                 "error", "failed_first")
 
     def __init__(self, name: str, messages: List[Dict[str, Any]], tools: Any = None,
                  add_generation_prompt: bool = False, kwargs: Optional[Dict[str, Any]] = None
@@ -181,6 +181,8 @@ class Probe:
         self.text: Optional[str] = None
         self.runs: List[Tuple[int, int, str, Tuple[str, ...]]] = []
         self.error: Optional[Dict[str, str]] = None
+        #: the error of the same probe without tools, when this one is its retry with a tool
+        self.failed_first: Optional[Dict[str, str]] = None
 
     def run(self, template: "ChatTemplate") -> "Probe":
         try:
@@ -237,6 +239,8 @@ class Probe:
     def evidence(self, targets: Dict[str, str], exclude: Sequence[str] = ()) -> Dict[str, Any]:
         """The probe and what each target path wrote, for a witness."""
         record: Dict[str, Any] = {"probe": self.name, **copy.deepcopy(self.as_call())}
+        if self.failed_first is not None:
+            record["without_tools"] = {"error": dict(self.failed_first)}
         if self.error is not None:
             record["error"] = dict(self.error)
             return record
@@ -353,7 +357,18 @@ class _Decider:
               ) -> Probe:
         merged = dict(self.kwargs)
         merged.update(kwargs or {})
-        return Probe(name, messages, tools, add_generation_prompt, merged).run(self.template)
+        probe = Probe(name, messages, tools, add_generation_prompt, merged).run(self.template)
+        if probe.error is None or tools is not None:
+            return probe
+        # Templates made for tool use (Hermes' and Command-R's "tool_use" templates) iterate
+        # over tools unconditionally, and transformers passes tools=None: without tools they
+        # render nothing at all. The same conversation with a tool says what they do with it.
+        retried = Probe(f"{name}_with_tools", messages, [copy.deepcopy(PROBE_TOOL)],
+                        add_generation_prompt, merged).run(self.template)
+        if retried.error is not None:
+            return probe
+        retried.failed_first = probe.error
+        return retried
 
     def decide(self, name: str, value: Any, rule: str, evidence: List[Dict[str, Any]],
                label: str, **extra: Any) -> None:
