@@ -437,6 +437,10 @@ class _Decider:
                     "\"openai\" when a list of text parts reaches the output part by part "
                     "(not as the list's printed form) for every role whose string content does",
                     evidence, "user", per_role=per_role, per_role_format=formats)
+        self.witnesses["content_format"]["summary"] = "per role: " + ", ".join(
+            f"{role} {shape}" + ("" if per_role[role]["string"] or per_role[role]["openai"]
+                                 else " (not written either way)")
+            for role, shape in formats.items())
 
     # -- system, tools -----------------------------------------------------------------------
     def system_role(self) -> None:
