@@ -40,9 +40,10 @@ def corpus_capabilities():
 
 
 def _labels_written(witness, labels):
+    """The targets among ``labels`` that wrote text (and no structure they exclude)."""
     return [found for record in witness["probes"]
             for label, found in record.get("written", {}).items() if label in labels
-            and found["ranges"]]
+            and found["ranges"] and not found.get("excluded_ranges")]
 
 
 def _count(value, text):
@@ -73,7 +74,7 @@ def _recheck_record(template, record, rendered):
                                             add_generation_prompt=record["add_generation_prompt"],
                                             **record["kwargs"])
     for label, found in record["written"].items():
-        for piece in found["ranges"]:
+        for piece in found["ranges"] + found.get("excluded_ranges", []):
             assert value[piece["start"]:piece["end"]] == piece["text"] != "", (key, label)
             if piece["origin"] == "input":
                 source = resolve_path(variables, piece["paths"][0])
@@ -161,6 +162,22 @@ def test_content_through_a_macro_is_openai_format():
               "{% endmacro %}{% for m in messages %}<{{ m.role }}>{{ text_of(m.content) }}"
               "{% endfor %}")
     assert caps_of(source).content_format == "openai"
+
+
+def test_typed_content_printed_as_json_is_not_openai_format():
+    # Llama 3.1 prints a tool message's non-string content with tojson: the text is copied
+    # verbatim, and so is the part's "type": the list is printed, not its text
+    source = ("{% for m in messages %}{% if m.content is string %}{{ m.content }}"
+              "{% else %}{{ m.content | tojson }}{% endif %}{% endfor %}")
+    caps = caps_of(source)
+    assert caps.content_format == "string"
+    witness = caps.witness("content_format")
+    assert witness["per_role"]["user"] == {"string": True, "openai": False}
+    typed = [record for record in witness["probes"] if record["probe"] == "user_typed_content"]
+    written = typed[0]["written"]["user"]
+    assert "User needle U1" in [piece["text"] for piece in written["ranges"]]
+    assert written["excluded_ranges"]
+    assert '"type": "text"' in typed[0]["output"]
 
 
 def test_tool_messages_handled_apart_make_the_format_string():

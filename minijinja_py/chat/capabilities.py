@@ -205,21 +205,24 @@ class Probe:
         return {"messages": self.messages, "tools": self.tools,
                 "add_generation_prompt": self.add_generation_prompt, "kwargs": self.kwargs}
 
-    def ranges(self, prefix: str, exclude: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    def ranges(self, prefix: str) -> List[Dict[str, Any]]:
         """The output ranges written by the input at ``prefix`` (or inside it): verbatim
-        copies and text derived from it. A derived range that also comes from one of the
-        ``exclude`` prefixes does not count (a list printed whole is not its text printed)."""
+        copies and text derived from it."""
         found = []
         for start, end, kind, paths in self.runs:
             matching = [path for path in paths if _under(path, prefix)]
-            if not matching or any(_under(path, other) for path in paths for other in exclude):
-                continue
-            found.append({"start": start, "end": end, "text": self.text[start:end],
-                          "origin": kind, "paths": matching})
+            if matching:
+                found.append({"start": start, "end": end, "text": self.text[start:end],
+                              "origin": kind, "paths": matching})
         return found
 
     def reaches(self, prefix: str, exclude: Sequence[str] = ()) -> bool:
-        return bool(self.ranges(prefix, exclude))
+        """Whether the input at ``prefix`` is written into the output, and none of the
+        ``exclude`` inputs is (a text part printed with its ``type``, as the list's repr or
+        JSON, is the list printed, not its text)."""
+        if not self.ranges(prefix):
+            return False
+        return not any(self.ranges(other) for other in exclude)
 
     def writes_verbatim(self, prefix: str, value: str) -> bool:
         """Whether the whole string ``value`` at ``prefix`` is written as one unbroken copy
@@ -247,10 +250,13 @@ class Probe:
         record["output"] = self.text
         found = {}
         for label, prefix in targets.items():
-            ranges = self.ranges(prefix, exclude)
+            ranges = self.ranges(prefix)
             found[label] = {"path": prefix, "excluding": list(exclude),
                             "ranges": ranges[:MAX_RANGES],
                             "more_ranges": max(0, len(ranges) - MAX_RANGES)}
+            if exclude:
+                structure = [piece for other in exclude for piece in self.ranges(other)]
+                found[label]["excluded_ranges"] = structure[:MAX_RANGES]
         record["written"] = found
         return record
 
@@ -332,8 +338,12 @@ def _summary(evidence: List[Dict[str, Any]], label: str) -> str:
                           f"{record['error']['message'][:80]}")
     if candidates:
         _, record, found = min(candidates, key=_range_rank)
-        return (f"{record['probe']}: {', '.join(found['paths'][:3])} wrote "
+        line = (f"{record['probe']}: {', '.join(found['paths'][:3])} wrote "
                 f"{found['text'][:60]!r} at {found['start']}:{found['end']}")
+        structure = record["written"][label].get("excluded_ranges")
+        if structure:
+            line += f", with the part's structure ({structure[0]['text'][:40]!r})"
+        return line
     if errors:
         return errors[0]
     looked = [record["written"][label]["path"] for record in evidence
