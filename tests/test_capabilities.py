@@ -274,3 +274,20 @@ def test_witness_is_a_copy_and_names_are_checked():
         caps.supports_everything  # noqa: B018
     with pytest.raises(TypeError, match="does not tokenize"):
         mj.ChatTemplate(CHATML).capabilities(tokenize=True)
+
+
+def test_templates_made_for_tools_or_documents_are_probed_with_them():
+    # transformers passes tools=None and documents=None: a template that iterates over them
+    # raises on every plain conversation; the probes are retried with a tool and a document
+    source = ("{% for d in documents %}[{{ d.title }}]{% endfor %}"
+              "{% for m in messages %}{{ m.content }}{% endfor %}")
+    caps = caps_of(source)
+    assert caps.supports_system_role
+    record = caps.witness("supports_system_role")["probes"][0]
+    assert record["probe"] == "system_message_with_tools_and_documents"
+    assert record["as_asked"]["error"]["type"] == "TemplateTypeError"
+    assert record["kwargs"]["documents"][0]["title"] == "Probe document"
+    # a template that still raises keeps every attempt's error in the witness
+    hopeless = caps_of("{{ raise_exception('never') }}").witness("supports_system_role")
+    assert [retry["probe"] for retry in hopeless["probes"][0]["retries"]] == [
+        "system_message_with_tools", "system_message_with_tools_and_documents"]

@@ -82,6 +82,9 @@ PROBE_TOOL = {
     },
 }
 
+#: Given (with PROBE_TOOL) to a probe that raises without: see _Decider.probe.
+PROBE_DOCUMENT = {"title": "Probe document", "text": "A probe document's text."}
+
 #: Keyword arguments templates commonly read, each with two values whose outputs are compared
 #: (only those named in the template's source are tried).
 OUTPUT_KWARGS: Dict[str, Tuple[Any, Any]] = {
@@ -168,7 +171,7 @@ class Probe:
     """One rendered conversation: its inputs, its output (or the error) and its runs."""
 
     __slots__ = ("name", "messages", "tools", "add_generation_prompt", "kwargs", "text", "runs",
-                 "error", "failed_first")
+                 "error", "failed_first", "retries")
 
     def __init__(self, name: str, messages: List[Dict[str, Any]], tools: Any = None,
                  add_generation_prompt: bool = False, kwargs: Optional[Dict[str, Any]] = None
@@ -181,8 +184,11 @@ class Probe:
         self.text: Optional[str] = None
         self.runs: List[Tuple[int, int, str, Tuple[str, ...]]] = []
         self.error: Optional[Dict[str, str]] = None
-        #: the error of the same probe without tools, when this one is its retry with a tool
+        #: the error of the probe as first asked, when this one is its retry with a tool
+        #: (and a document)
         self.failed_first: Optional[Dict[str, str]] = None
+        #: the retries (with a tool, a document) that failed too: name and error each
+        self.retries: List[Dict[str, Any]] = []
 
     def run(self, template: "ChatTemplate") -> "Probe":
         try:
@@ -243,7 +249,9 @@ class Probe:
         """The probe and what each target path wrote, for a witness."""
         record: Dict[str, Any] = {"probe": self.name, **copy.deepcopy(self.as_call())}
         if self.failed_first is not None:
-            record["without_tools"] = {"error": dict(self.failed_first)}
+            record["as_asked"] = {"error": dict(self.failed_first)}
+        if self.retries:
+            record["retries"] = copy.deepcopy(self.retries)
         if self.error is not None:
             record["error"] = dict(self.error)
             return record
@@ -319,10 +327,14 @@ class Capabilities:
 
 
 # ---- deciding --------------------------------------------------------------------------------
-def _range_rank(item: Tuple[int, Dict[str, Any], Dict[str, Any]]) -> Tuple[int, int, int]:
-    """Verbatim copies first, then derived text made of the fewest inputs, then probe order."""
+def _range_rank(item: Tuple[int, Dict[str, Any], Dict[str, Any]]
+                ) -> Tuple[bool, int, int, int]:
+    """Verbatim copies first, then derived text made of the fewest inputs; the longest
+    range among those (a piece of escaped JSON says less than the whole value), then probe
+    order."""
     order, _, found = item
-    return (found["origin"] != "input", len(found["paths"]), order)
+    return (found["origin"] != "input", len(found["paths"]), found["start"] - found["end"],
+            order)
 
 
 def _summary(evidence: List[Dict[str, Any]], label: str) -> str:
@@ -368,17 +380,29 @@ class _Decider:
         merged = dict(self.kwargs)
         merged.update(kwargs or {})
         probe = Probe(name, messages, tools, add_generation_prompt, merged).run(self.template)
-        if probe.error is None or tools is not None:
+        if probe.error is None:
             return probe
-        # Templates made for tool use (Hermes' and Command-R's "tool_use" templates) iterate
-        # over tools unconditionally, and transformers passes tools=None: without tools they
-        # render nothing at all. The same conversation with a tool says what they do with it.
-        retried = Probe(f"{name}_with_tools", messages, [copy.deepcopy(PROBE_TOOL)],
-                        add_generation_prompt, merged).run(self.template)
-        if retried.error is not None:
-            return probe
-        retried.failed_first = probe.error
-        return retried
+        # Templates made for tool use or retrieval (Hermes' and Command-R's "tool_use" and
+        # "rag" templates) iterate over tools or documents unconditionally, and transformers
+        # passes None for both: without them they render nothing at all. The same
+        # conversation with a tool (and a document) says what they do with it.
+        fallbacks = []
+        if tools is None:
+            fallbacks.append(("_with_tools", [copy.deepcopy(PROBE_TOOL)], merged))
+        if "documents" not in merged:
+            fallbacks.append(("_with_tools_and_documents",
+                              tools or [copy.deepcopy(PROBE_TOOL)],
+                              {**merged, "documents": [dict(PROBE_DOCUMENT)]}))
+        for suffix, more_tools, more_kwargs in fallbacks:
+            retried = Probe(name + suffix, messages, more_tools, add_generation_prompt,
+                            more_kwargs).run(self.template)
+            if retried.error is None:
+                retried.failed_first = probe.error
+                return retried
+            probe.retries.append({"probe": retried.name, "tools": retried.tools,
+                                  "documents": more_kwargs.get("documents"),
+                                  "error": retried.error})
+        return probe
 
     def decide(self, name: str, value: Any, rule: str, evidence: List[Dict[str, Any]],
                label: str, **extra: Any) -> None:
