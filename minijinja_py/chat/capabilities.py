@@ -346,8 +346,9 @@ def _summary(evidence: List[Dict[str, Any]], label: str) -> str:
         for found in (written or {}).get("ranges", ()):
             candidates.append((order, record, found))
         if "error" in record:
+            message = (record["error"]["message"].splitlines() or [""])[0]
             errors.append(f"{record['probe']}: raised {record['error']['type']}: "
-                          f"{record['error']['message'][:80]}")
+                          f"{message[:100]}")
     if candidates:
         _, record, found = min(candidates, key=_range_rank)
         line = (f"{record['probe']}: {', '.join(found['paths'][:3])} wrote "
