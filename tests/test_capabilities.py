@@ -291,3 +291,34 @@ def test_templates_made_for_tools_or_documents_are_probed_with_them():
     hopeless = caps_of("{{ raise_exception('never') }}").witness("supports_system_role")
     assert [retry["probe"] for retry in hopeless["probes"][0]["retries"]] == [
         "system_message_with_tools", "system_message_with_tools_and_documents"]
+
+
+_HOSTILE_CHILD = r'''
+import json, sys
+import minijinja_py as mj
+source = "{% for m in messages %}{{ m.content * 1000000000 }}{% endfor %}"
+template = mj.ChatTemplate(source)
+calls = []
+render = template.render_with_provenance
+template.render_with_provenance = lambda *a, **k: calls.append(1) or render(*a, **k)
+try:
+    template.capabilities()
+    outcome = "answered"
+except mj.TemplateError as error:
+    outcome = type(error).__name__
+print(json.dumps({"outcome": outcome, "renders": len(calls)}))
+'''
+
+
+def test_a_template_over_a_limit_is_refused_after_one_probe():
+    # every probe would run to the limit otherwise (about 40 renders: with a template that
+    # spends the step budget, a minute of CPU for one call); this one hits the string-size
+    # limit at once, the same path. The child's timeout would catch a regression that hangs
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", _HOSTILE_CHILD], capture_output=True,
+                               text=True, timeout=300)
+    assert json.loads(completed.stdout) == {"outcome": "LimitExceededError", "renders": 1}, \
+        completed.stderr

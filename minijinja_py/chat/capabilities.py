@@ -27,6 +27,8 @@ import re
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from .. import LimitExceededError
+
 if TYPE_CHECKING:  # pragma: no cover
     from .pipeline import ChatTemplate
 
@@ -193,6 +195,10 @@ class Probe:
     def run(self, template: "ChatTemplate") -> "Probe":
         try:
             result = probe_render(template, self.as_call(), provenance=True)
+        except LimitExceededError:
+            # a probe is a few short messages: a template that exceeds a limit on one is
+            # refused, once, instead of being run to the limit by every probe
+            raise
         except Exception as error:  # a template's own failure is evidence, never a crash
             self.error = {"type": type(error).__name__, "message": str(error)[:500]}
             return self
@@ -647,6 +653,8 @@ class _Decider:
                         "kwargs": {**self.kwargs, name: value}}
                 try:
                     outputs.append(probe_render(self.template, call))
+                except LimitExceededError:
+                    raise
                 except Exception as error:
                     outputs.append(f"<raised {type(error).__name__}>")
             differs = outputs[0] != outputs[1]

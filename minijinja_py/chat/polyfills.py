@@ -40,6 +40,8 @@ import copy
 import json
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from .. import LimitExceededError
+
 if TYPE_CHECKING:  # pragma: no cover
     from .capabilities import Capabilities
     from .pipeline import ChatTemplate
@@ -273,6 +275,8 @@ def tool_call_example(template: "ChatTemplate", caps: "Capabilities",
                                  **template_kwargs)
         full = template.render([user, call], add_generation_prompt=False, polyfill=True,
                                **template_kwargs)
+    except LimitExceededError:
+        raise
     except Exception:  # no example for a template that cannot render one
         prefix = full = ""
     eos = template.special_tokens.get("eos_token", "")
