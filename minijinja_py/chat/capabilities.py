@@ -25,7 +25,7 @@ import copy
 import json
 import re
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import LimitExceededError
 
@@ -343,31 +343,34 @@ def _range_rank(item: Tuple[int, Dict[str, Any], Dict[str, Any]]
             order)
 
 
-def _summary(evidence: List[Dict[str, Any]], label: str) -> str:
-    """One line: the clearest range a probe's target wrote, else the first error, else
-    that nothing was written."""
-    candidates, errors = [], []
+def _summary(evidence: List[Dict[str, Any]], labels: Union[str, Tuple[str, ...]]) -> str:
+    """One line: the clearest range the probes' targets named by ``labels`` wrote, else the
+    first error, else that nothing was written."""
+    labels = (labels,) if isinstance(labels, str) else labels
+    candidates, errors, looked = [], [], []
     for order, record in enumerate(evidence):
-        written = record.get("written", {}).get(label)
-        for found in (written or {}).get("ranges", ()):
-            candidates.append((order, record, found))
+        for label in labels:
+            written = record.get("written", {}).get(label)
+            if written is None:
+                continue
+            looked.append(written["path"])
+            for found in written["ranges"]:
+                candidates.append((order, record, found, written))
         if "error" in record:
             message = (record["error"]["message"].splitlines() or [""])[0]
             errors.append(f"{record['probe']}: raised {record['error']['type']}: "
                           f"{message[:100]}")
     if candidates:
-        _, record, found = min(candidates, key=_range_rank)
+        _, record, found, written = min(candidates, key=lambda item: _range_rank(item[:3]))
         line = (f"{record['probe']}: {', '.join(found['paths'][:3])} wrote "
                 f"{found['text'][:60]!r} at {found['start']}:{found['end']}")
-        structure = record["written"][label].get("excluded_ranges")
+        structure = written.get("excluded_ranges")
         if structure:
             line += f", with the part's structure ({structure[0]['text'][:40]!r})"
         return line
     if errors:
         return errors[0]
-    looked = [record["written"][label]["path"] for record in evidence
-              if label in record.get("written", {})]
-    return f"{', '.join(sorted(set(looked)))} wrote nothing to the output"
+    return f"{', '.join(dict.fromkeys(looked))} wrote nothing to the output"
 
 
 class _Decider:
@@ -412,10 +415,11 @@ class _Decider:
         return probe
 
     def decide(self, name: str, value: Any, rule: str, evidence: List[Dict[str, Any]],
-               label: str, **extra: Any) -> None:
+               label: Union[str, Tuple[str, ...]], **extra: Any) -> None:
         self.values[name] = value
         self.witnesses[name] = {"capability": name, "value": value, "rule": rule,
-                                "summary": _summary(evidence, label), "target": label,
+                                "summary": _summary(evidence, label),
+                                "targets": [label] if isinstance(label, str) else list(label),
                                 "probes": evidence, **extra}
 
     def user(self, text: str = USER_TEXT) -> Dict[str, Any]:
@@ -551,7 +555,7 @@ class _Decider:
                     "as a Python dict), 'per_key' (keys and values written apart), "
                     "'escaped_string' (a JSON string written as a JSON string literal), "
                     "'none'",
-            "summary": _summary(evidence, "arguments"), "target": "arguments",
+            "summary": _summary(evidence, "arguments"), "targets": ["arguments"],
             "probes": evidence, "per_probe": rendered}
         self.parallel_calls(string_ok)
 
@@ -585,13 +589,7 @@ class _Decider:
         self.decide("supports_tool_call_id",
                     any(probe.reaches(path) for path in targets.values()),
                     "the tool call's id or the tool message's tool_call_id reaches the output",
-                    [probe.evidence(targets)], "response_id")
-        if not self.witnesses["supports_tool_call_id"]["value"]:
-            return
-        if not probe.reaches(targets["response_id"]):
-            self.witnesses["supports_tool_call_id"]["target"] = "call_id"
-            self.witnesses["supports_tool_call_id"]["summary"] = _summary(
-                [probe.evidence(targets)], "call_id")
+                    [probe.evidence(targets)], ("response_id", "call_id"))
 
     # -- null content ------------------------------------------------------------------------
     def non_null_content(self) -> None:
@@ -631,11 +629,11 @@ class _Decider:
                     any(probe.reaches(path) for path in current.values())
                     or any(single.reaches(path) for path in single_targets.values()),
                     "the reasoning (reasoning_content, also given as thinking) of the last "
-                    "assistant turn reaches the output", evidence, "current")
+                    "assistant turn reaches the output", evidence, ("current", "current_thinking"))
         self.decide("supports_preserve_reasoning",
                     any(probe.reaches(path) for path in earlier.values()),
                     "the reasoning of an assistant turn before the last user message reaches "
-                    "the output", evidence, "earlier")
+                    "the output", evidence, ("earlier", "earlier_thinking"))
 
     # -- keyword arguments -------------------------------------------------------------------
     def output_kwargs(self) -> None:
@@ -669,9 +667,10 @@ class _Decider:
             "rule": "the keyword arguments, among " + ", ".join(OUTPUT_KWARGS) + ", that the "
                     "template names and whose two values tried give different outputs "
                     "(comma-separated)",
-            "summary": (f"{value} change the output" if value else
+            "summary": (f"{value} {'changes' if len(changing) == 1 else 'change'} the output"
+                        if value else
                         "no keyword argument tried changes the output"),
-            "target": None, "probes": [], "tried": records,
+            "targets": [], "probes": [], "tried": records,
             "messages": copy.deepcopy(messages)}
 
     def run(self) -> Capabilities:

@@ -573,7 +573,9 @@ class ChatTemplate:
         inputs the template writes into the output, with a witness: see
         :mod:`minijinja_py.chat.capabilities`. ``template_kwargs`` are passed to every probe
         render (``enable_thinking=False``...). Computed once per template source, special
-        tokens and keyword arguments, and cached.
+        tokens, clock and keyword arguments, and cached in memory. A template that exceeds a
+        limit on a probe raises that :class:`~minijinja_py.LimitExceededError` (after that
+        one probe).
 
         >>> caps = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}").capabilities()
         >>> caps.supports_system_role, caps.supports_tools
