@@ -427,28 +427,25 @@ class _Decider:
 
     # -- content -----------------------------------------------------------------------------
     def content(self) -> None:
-        part = "messages[0].content[0]"
-        structure = (f"{part}.type", f'{part}{{"type"}}', f'{part}{{"text"}}')
+        string_target, _ = _content_target(0, False)
+        typed_target, structure = _content_target(0, True)
         as_string = self.probe("user_string_content", [_message("user", USER_TEXT, False)])
         as_parts = self.probe("user_typed_content", [_message("user", USER_TEXT, True)])
-        string_ok = as_string.reaches("messages[0].content")
-        typed_ok = as_parts.reaches(f"{part}.text", exclude=structure)
+        string_ok = as_string.reaches(string_target)
+        typed_ok = as_parts.reaches(typed_target, exclude=structure)
         self.typed = not string_ok and typed_ok
+        evidence = [as_string.evidence({"user": string_target}),
+                    as_parts.evidence({"user": typed_target}, exclude=structure)]
         self.decide("requires_typed_content", self.typed,
                     "the user's text reaches the output when content is a list of text parts "
-                    "and not when it is a string",
-                    [as_string.evidence({"user": "messages[0].content"}),
-                     as_parts.evidence({"user": f"{part}.text"}, exclude=structure)], "user")
-        self.content_format(as_string, as_parts, string_ok, typed_ok)
+                    "and not when it is a string", evidence, "user")
+        self.content_format(list(evidence), string_ok, typed_ok)
 
-    def content_format(self, as_string: Probe, as_parts: Probe, string_ok: bool,
+    def content_format(self, evidence: List[Dict[str, Any]], string_ok: bool,
                        typed_ok: bool) -> None:
-        """"openai" when text given as typed parts reaches the output (printed part by part,
-        not as the list's repr) for every role whose string content does; else "string"."""
+        """The system and assistant roles' shapes (the user's are ``string_ok`` and
+        ``typed_ok``); the tool role and the decision wait for :meth:`finish_content_format`."""
         per_role: Dict[str, Dict[str, Any]] = {"user": {"string": string_ok, "openai": typed_ok}}
-        evidence = [as_string.evidence({"user": "messages[0].content"}),
-                    as_parts.evidence({"user": "messages[0].content[0].text"},
-                                      exclude=_structure_of("messages[0].content[0]"))]
         conversations = {
             "system": ([("system", SYSTEM_TEXT), ("user", USER_TEXT)], 0),
             "assistant": ([("user", USER_TEXT), ("assistant", ASSISTANT_TEXT),
