@@ -322,3 +322,14 @@ def test_a_template_over_a_limit_is_refused_after_one_probe():
                                text=True, timeout=300)
     assert json.loads(completed.stdout) == {"outcome": "LimitExceededError", "renders": 1}, \
         completed.stderr
+
+
+def test_tool_responses_before_the_last_turn_are_found():
+    # a template that writes a tool result only once the assistant has answered it
+    source = ("{% for m in messages %}{% if m.role == 'tool' and not loop.last %}"
+              "<result>{{ m.content }}</result>{% elif m.role != 'tool' %}{{ m.content }}"
+              "{% endif %}{% endfor %}")
+    caps = caps_of(source)
+    assert caps.supports_tool_responses
+    probes = caps.witness("supports_tool_responses")["probes"]
+    assert [bool(record["written"]["response"]["ranges"]) for record in probes] == [False, True]

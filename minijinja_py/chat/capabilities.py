@@ -383,6 +383,7 @@ class _Decider:
         self.witnesses: Dict[str, Dict[str, Any]] = {}
         self.typed = False  # whether probes give content as typed parts
         self.content_pending: Any = None
+        self.earlier_call_probe: Optional[Probe] = None
 
     def probe(self, name: str, messages: List[Dict[str, Any]], tools: Any = None,
               add_generation_prompt: bool = False, kwargs: Optional[Dict[str, Any]] = None
@@ -545,6 +546,9 @@ class _Decider:
                     "JSON string do not (or only escaped a second time, as a JSON string)",
                     evidence, "arguments", per_probe=rendered)
         self.values["tool_call_arguments"] = _argument_style(string_ok, probes, rendered)
+        # the earlier-turn probe in the arguments' working form also holds a tool message
+        # before the last turn: tool_responses looks at it too
+        self.earlier_call_probe = probes["earlier"][0 if string_ok else 1]
         self.witnesses["tool_call_arguments"] = {
             "capability": "tool_call_arguments", "value": self.values["tool_call_arguments"],
             "rule": "how the arguments reach the output: 'string' (a JSON string written as "
@@ -576,17 +580,23 @@ class _Decider:
                           tools=[copy.deepcopy(PROBE_TOOL)])
 
     def tool_responses(self) -> None:
-        probe = self.tool_response_probe("tool_response", self.typed)
+        """Decided by a conversation ending with the tool message and by one where it comes
+        before the last turn (the earlier-turn tool-call probe)."""
+        last = self.tool_response_probe("tool_response", self.typed)
+        probes = (last, self.earlier_call_probe)
         target, exclude = _content_target(2, self.typed)
-        self.decide("supports_tool_responses", probe.reaches(target, exclude),
-                    "a tool message's content reaches the output",
-                    [probe.evidence({"response": target}, exclude)], "response")
+        self.decide("supports_tool_responses",
+                    any(probe.reaches(target, exclude) for probe in probes),
+                    "a tool message's content reaches the output, as the last message or "
+                    "before the last turn",
+                    [probe.evidence({"response": target}, exclude) for probe in probes],
+                    "response")
         targets = {"response_id": "messages[2].tool_call_id",
                    "call_id": "messages[1].tool_calls[0].id"}
         self.decide("supports_tool_call_id",
-                    any(probe.reaches(path) for path in targets.values()),
+                    any(probe.reaches(path) for probe in probes for path in targets.values()),
                     "the tool call's id or the tool message's tool_call_id reaches the output",
-                    [probe.evidence(targets)], ("response_id", "call_id"))
+                    [probe.evidence(targets) for probe in probes], ("response_id", "call_id"))
 
     # -- null content ------------------------------------------------------------------------
     def non_null_content(self) -> None:
