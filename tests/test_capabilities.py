@@ -333,3 +333,38 @@ def test_tool_responses_before_the_last_turn_are_found():
     assert caps.supports_tool_responses
     probes = caps.witness("supports_tool_responses")["probes"]
     assert [bool(record["written"]["response"]["ranges"]) for record in probes] == [False, True]
+
+
+_SLOW_CHILD = r'''
+import json
+import minijinja_py as mj
+# about 0.07 s of work per message (0.35 s for the longest probe), under every limit of a
+# render; about 20 probes make some 4 s
+source = ("{% for m in messages %}{% for i in range(1000) %}{% for j in range(1000) %}"
+          "{% endfor %}{% endfor %}{{ m.content }}{% endfor %}")
+template = mj.ChatTemplate(source)
+template.environment.limits = mj.Limits(max_seconds=1.5)
+calls = []
+render = template.render_with_provenance
+template.render_with_provenance = lambda *a, **k: calls.append(1) or render(*a, **k)
+try:
+    template.capabilities()
+    outcome, message = "answered", ""
+except mj.LimitExceededError as error:
+    outcome, message = type(error).__name__, str(error)
+print(json.dumps({"outcome": outcome, "message": message, "renders": len(calls)}))
+'''
+
+
+def test_probes_together_are_held_to_one_renders_time_limit():
+    # each probe stays under the limits; together they would take about 20 times as long
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", _SLOW_CHILD], capture_output=True,
+                               text=True, timeout=300)
+    result = json.loads(completed.stdout)
+    assert result["outcome"] == "ProbesDeadlineExceededError", completed.stderr
+    assert "longer than 1.5 s (Limits.max_seconds" in result["message"]
+    assert result["renders"] < 20

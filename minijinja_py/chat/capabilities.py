@@ -24,16 +24,17 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .. import LimitExceededError
+from .. import DeadlineExceededError, LimitExceededError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .pipeline import ChatTemplate
 
-__all__ = ["Capabilities", "CAPABILITY_NAMES", "capabilities_of", "resolve_path",
-           "probe_render"]
+__all__ = ["Capabilities", "CAPABILITY_NAMES", "ProbesDeadlineExceededError",
+           "capabilities_of", "resolve_path", "probe_render"]
 
 #: The capability names, in the order ``to_dict`` gives them (bool unless said).
 CAPABILITY_NAMES: Tuple[str, ...] = (
@@ -102,6 +103,12 @@ OUTPUT_KWARGS: Dict[str, Tuple[Any, Any]] = {
 
 #: The largest number of evidence ranges a probe keeps per target (the rest are counted).
 MAX_RANGES = 8
+
+
+class ProbesDeadlineExceededError(DeadlineExceededError):
+    """The probes of :meth:`ChatTemplate.capabilities` together ran longer than
+    ``Limits.max_seconds``, the time one render is allowed: about 20 renders of short
+    conversations, each under the limits, must not add up to 20 times a render's limit."""
 
 
 def _content(text: str, typed: bool) -> Any:
@@ -384,6 +391,20 @@ class _Decider:
         self.typed = False  # whether probes give content as typed parts
         self.content_pending: Any = None
         self.earlier_call_probe: Optional[Probe] = None
+        self.probes_run = 0
+        max_seconds = template.environment.limits.max_seconds
+        self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        self.max_seconds = max_seconds
+
+    def check_deadline(self) -> None:
+        """Refuse the template once the probes so far took longer than one render may."""
+        self.probes_run += 1
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ProbesDeadlineExceededError(
+                f"the capability probes ran longer than {self.max_seconds:g} s "
+                f"(Limits.max_seconds, the time limit of one render) after "
+                f"{self.probes_run} render(s) of short conversations: the template is too "
+                "slow to probe")
 
     def probe(self, name: str, messages: List[Dict[str, Any]], tools: Any = None,
               add_generation_prompt: bool = False, kwargs: Optional[Dict[str, Any]] = None
@@ -391,6 +412,7 @@ class _Decider:
         merged = dict(self.kwargs)
         merged.update(kwargs or {})
         probe = Probe(name, messages, tools, add_generation_prompt, merged).run(self.template)
+        self.check_deadline()
         if probe.error is None:
             return probe
         # Templates made for tool use or retrieval (Hermes' and Command-R's "tool_use" and
@@ -407,6 +429,7 @@ class _Decider:
         for suffix, more_tools, more_kwargs in fallbacks:
             retried = Probe(name + suffix, messages, more_tools, add_generation_prompt,
                             more_kwargs).run(self.template)
+            self.check_deadline()
             if retried.error is None:
                 retried.failed_first = probe.error
                 return retried
@@ -662,6 +685,7 @@ class _Decider:
                     raise
                 except Exception as error:
                     outputs.append(f"<raised {type(error).__name__}>")
+                self.check_deadline()
             differs = outputs[0] != outputs[1]
             records.append({"kwarg": name, "values": list(values), "outputs": outputs,
                             "changes_output": differs})

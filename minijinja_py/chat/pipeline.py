@@ -575,7 +575,9 @@ class ChatTemplate:
         render (``enable_thinking=False``...). Computed once per template source, special
         tokens, clock and keyword arguments, and cached in memory. A template that exceeds a
         limit on a probe raises that :class:`~minijinja_py.LimitExceededError` (after that
-        one probe).
+        one probe), and the probes together are held to ``Limits.max_seconds``, the time one
+        render may take
+        (:class:`~minijinja_py.chat.capabilities.ProbesDeadlineExceededError`).
 
         >>> caps = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}").capabilities()
         >>> caps.supports_system_role, caps.supports_tools
