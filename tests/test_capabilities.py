@@ -301,12 +301,14 @@ template = mj.ChatTemplate(source)
 calls = []
 render = template.render_with_provenance
 template.render_with_provenance = lambda *a, **k: calls.append(1) or render(*a, **k)
-try:
-    template.capabilities()
-    outcome = "answered"
-except mj.TemplateError as error:
-    outcome = type(error).__name__
-print(json.dumps({"outcome": outcome, "renders": len(calls)}))
+outcomes = []
+for attempt in range(2):  # the refusal is cached: asking again does not probe again
+    try:
+        template.capabilities()
+        outcomes.append("answered")
+    except mj.TemplateError as error:
+        outcomes.append(type(error).__name__)
+print(json.dumps({"outcome": outcomes, "renders": len(calls)}))
 '''
 
 
@@ -320,8 +322,8 @@ def test_a_template_over_a_limit_is_refused_after_one_probe():
 
     completed = subprocess.run([sys.executable, "-c", _HOSTILE_CHILD], capture_output=True,
                                text=True, timeout=300)
-    assert json.loads(completed.stdout) == {"outcome": "LimitExceededError", "renders": 1}, \
-        completed.stderr
+    assert json.loads(completed.stdout) == {
+        "outcome": ["LimitExceededError", "LimitExceededError"], "renders": 1}, completed.stderr
 
 
 def test_tool_responses_before_the_last_turn_are_found():

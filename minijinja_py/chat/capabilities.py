@@ -751,7 +751,7 @@ def _argument_style(string_ok: bool, probes: Dict[str, Tuple[Probe, Probe]],
 
 
 # ---- the cache -------------------------------------------------------------------------------
-_CACHE: "OrderedDict[Tuple[Any, ...], Capabilities]" = OrderedDict()
+_CACHE: "OrderedDict[Tuple[Any, ...], Union[Capabilities, LimitExceededError]]" = OrderedDict()
 _CACHE_SIZE = 256
 
 
@@ -768,15 +768,23 @@ def _cache_key(template: "ChatTemplate", kwargs: Dict[str, Any]) -> Tuple[Any, .
 
 def capabilities_of(template: "ChatTemplate", kwargs: Dict[str, Any]) -> Capabilities:
     """The capabilities of ``template`` rendered with ``kwargs``, computed once per template
-    source, special tokens and keyword arguments (a bounded in-memory cache shared by every
-    ChatTemplate of the process)."""
+    source, special tokens, clock and keyword arguments (a bounded in-memory cache shared by
+    every ChatTemplate of the process). A refusal (a limit exceeded) is cached like an
+    answer: asking again raises the same error at once instead of probing again."""
     key = _cache_key(template, kwargs)
     cached = _CACHE.get(key)
     if cached is not None:
         _CACHE.move_to_end(key)
+        if isinstance(cached, LimitExceededError):
+            raise cached.with_traceback(None)
         return cached
-    result = _Decider(template, dict(kwargs)).run()
+    try:
+        result: Union[Capabilities, LimitExceededError] = _Decider(template, dict(kwargs)).run()
+    except LimitExceededError as refusal:
+        result = refusal
     _CACHE[key] = result
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
+    if isinstance(result, LimitExceededError):
+        raise result.with_traceback(None)
     return result
