@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .. import ProvenanceResult
     from ..environment import Environment, Template
     from .capabilities import Capabilities
+    from .prefix_report import PrefixBoundary
     from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
                          select_template)
     from .tokens import ChatTokenizer
@@ -566,6 +567,28 @@ class ChatTemplate:
         if runs:
             runs[-1].end = min(runs[-1].end, len(text))
         return ProvenanceResult(text, runs, _clip_spans(result.generation_spans, len(text)))
+
+    def prefix_report(self, messages: Any = None, tools: Optional[Sequence[Any]] = None, *,
+                      conversation: Any = None, **template_kwargs: Any) -> "List[PrefixBoundary]":
+        """Whether each turn's render extends the previous one: one
+        :class:`~minijinja_py.chat.prefix_report.PrefixBoundary` per boundary ``k`` (from 1 to
+        ``len(messages) - 1``), checking that ``render(messages[:k])`` is a prefix of
+        ``render(messages[:k + 1])`` and, before an assistant message, that the prompt asking
+        for it (``add_generation_prompt=True``) is too. Where one is not, the check gives the
+        first differing character of each render and its cause from provenance (which input
+        or which template text wrote it). A render that raises is reported, not raised.
+
+        >>> report = ChatTemplate("{% for m in messages %}{{ m.content }}|{% endfor %}"
+        ...                       ).prefix_report([{"role": "user", "content": "Hi"},
+        ...                                        {"role": "assistant", "content": "Yo"}])
+        >>> [(b.turn, b.extends) for b in report]
+        [(1, True)]
+        """
+        from .prefix_report import prefix_report
+
+        messages = _the_conversation(messages, conversation, "ChatTemplate.prefix_report")
+        _refuse_tokenization_options(template_kwargs)
+        return prefix_report(self, messages, tools, **template_kwargs)
 
     def capabilities(self, **template_kwargs: Any) -> "Capabilities":
         """What this template can do (system role, tools, tool calls and responses, parallel
