@@ -767,25 +767,56 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                exact_escapes=True)
         return 0
     values = caps.to_dict()
+    prefix = _prefix_report_of(chat_template, caps, variables)
     if args.json:
         payload = {"source": config.origin, "template": selected, "capabilities": values,
                    "witnesses": {name: {"rule": caps.witness(name)["rule"],
                                         "summary": caps.witness(name)["summary"]}
-                                 for name in values}}
+                                 for name in values},
+                   "turns_extend": prefix["extends"],
+                   "prefix_report": [boundary.as_dict() for boundary in prefix["report"]]}
         _write(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", exact_escapes=True)
         return 0
-    width = max(map(len, values))
-    value_width = max(len(json.dumps(value)) for value in values.values())
+    rows = {**values, "turns_extend": prefix["extends"]}
+    width = max(map(len, rows))
+    value_width = max(len(json.dumps(value)) for value in rows.values())
     lines = [f"{label}"]
-    for name, value in values.items():
+    for name, value in rows.items():
         shown = json.dumps(value) if isinstance(value, str) else str(value).lower()
-        summary = caps.witness(name)["summary"].replace("\n", "\\n")
+        summary = prefix["summary"] if name == "turns_extend" else caps.witness(name)["summary"]
+        summary = summary.replace("\n", "\\n")
         lines.append(f"  {name:<{width}}  {shown:<{value_width}}  {summary}")
     others = sorted(set(config.templates) - {selected})
     if others:
         lines.append(f"  note: the config also has {', '.join(others)} (inspect it with --name)")
     _write("\n".join(lines) + "\n")
     return 0
+
+
+def _prefix_report_of(chat_template: ChatTemplate, caps: Any,
+                      variables: Dict[str, Any]) -> Dict[str, Any]:
+    """Whether the built-in example conversation's turns extend each other (with reasoning in
+    the assistant turns and the example tools where the template takes them): ``extends``,
+    the report, and a one-line summary (the first break and its cause)."""
+    messages = [dict(message) for message in EXAMPLE_MESSAGES]
+    if caps.supports_reasoning:
+        for number, message in enumerate(messages):
+            if message["role"] == "assistant":
+                message["reasoning_content"] = f"Reasoning of turn {number}."
+    tools = EXAMPLE_TOOLS if caps.supports_tools else None
+    report = chat_template.prefix_report(messages, tools=tools, **variables)
+    for boundary in report:
+        for kind, check in (("", boundary.plain), (" (the prompt asking for it)",
+                                                    boundary.generation_prompt)):
+            if check is None or check.extends:
+                continue
+            what = (f"render raised: {check.error.splitlines()[0]}" if check.error
+                    else check.cause)
+            return {"extends": False, "report": report,
+                    "summary": f"example conversation, turn {boundary.turn}{kind}: {what}"}
+    return {"extends": True, "report": report,
+            "summary": f"every turn of the example conversation extends the previous one "
+                       f"({len(report)} boundaries)"}
 
 
 # ---- dataset ---------------------------------------------------------------------------------
