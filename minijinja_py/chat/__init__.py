@@ -10,6 +10,9 @@ errors) to do what transformers does around a chat template:
 - :mod:`.config`: loading model folders, ``tokenizer_config.json`` and ``.jinja`` files;
 - :mod:`.gguf`: the chat templates and special tokens in GGUF metadata;
 - :mod:`.schema`: JSON schemas for tools given as Python functions;
+- :mod:`.capabilities`: what a template can do, decided from provenance renders of probe
+  conversations, each answer with its witness (``ChatTemplate.capabilities()``);
+- :mod:`.polyfills`: minja's polyfills for what a template cannot do (``render(polyfill=...)``);
 - :mod:`.tokens`: ``apply_chat_template(..., tokenize=True)``: ``ChatTokenizer`` (a model
   folder's ``tokenizer.json`` through the optional ``tokenizers`` package), token ids,
   attention and assistant masks, control-token sanitising, padding and truncation;
@@ -35,6 +38,8 @@ _LAZY = {
     "ChatTokenizer": "tokens", "ChatEncoding": "tokens", "TokenizersNotInstalledError": "tokens",
     "UnencodableTextError": "tokens", "TensorLibraryNotInstalledError": "tokenizer_api",
     "load_tokenizer": "tokens",
+    "Capabilities": "capabilities", "CAPABILITY_NAMES": "capabilities",
+    "POLYFILLS": "polyfills",
 }
 
 __all__ = list(_LAZY)
@@ -47,6 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
                            ChatTemplateValueError, RenderResult, apply_chat_template,
                            plain_template_data)
+    from .capabilities import CAPABILITY_NAMES, Capabilities
+    from .polyfills import POLYFILLS
     from .tokenizer_api import TensorLibraryNotInstalledError
     from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
                          UnencodableTextError, load_tokenizer)
