@@ -50,9 +50,10 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .. import ProvenanceResult
     from ..environment import Environment, Template
     from .capabilities import Capabilities
-    from .prefix_report import PrefixBoundary
     from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
                          select_template)
+    from .prefix_report import PrefixBoundary
+    from .response_parser import ResponseParser
     from .tokens import ChatTokenizer
 
     PathLike = Union[str, "os.PathLike[str]"]
@@ -567,6 +568,27 @@ class ChatTemplate:
         if runs:
             runs[-1].end = min(runs[-1].end, len(text))
         return ProvenanceResult(text, runs, _clip_spans(result.generation_spans, len(text)))
+
+    def response_parser(self, /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
+                        add_generation_prompt: bool = True,
+                        continue_final_message: Union[bool, str] = False,
+                        **template_kwargs: Any) -> "ResponseParser":
+        """The parser of what a model generates after this prompt, derived from the template
+        itself (see :mod:`minijinja_py.chat.response_parser`): ``parse(text)`` gives the
+        assistant message, ``unsupported`` the fields the template does not show how to
+        read, ``response_template`` the layout in transformers' format."""
+        from .response_parser import response_parser
+
+        return response_parser(self, messages, tools, add_generation_prompt,
+                               continue_final_message, **template_kwargs)
+
+    def parse_response(self, text: str, /, messages: Any = None,
+                       tools: Optional[Sequence[Any]] = None, add_generation_prompt: bool = True,
+                       continue_final_message: Union[bool, str] = False,
+                       **template_kwargs: Any) -> Dict[str, Any]:
+        """``response_parser(...).parse(text)``: the assistant message a model generated."""
+        return self.response_parser(messages, tools, add_generation_prompt,
+                                    continue_final_message, **template_kwargs).parse(text)
 
     def prefix_report(self, messages: Any = None, tools: Optional[Sequence[Any]] = None, *,
                       conversation: Any = None, **template_kwargs: Any) -> "List[PrefixBoundary]":
