@@ -431,3 +431,56 @@ def test_transformers_reads_the_exported_response_templates_like_we_parse() -> N
             differs.add((slug, answer["case"]))
     assert differs == JUDGE_DIFFERS
     assert len(fixture["answers"]) >= 150
+
+
+_PROBED_CHILD = r"""
+import json, sys
+import minijinja_py as mj
+kind = sys.argv[1]
+if kind == "limit":  # the prompt renders; every assistant probe exceeds the string limit
+    source = ("{% for m in messages %}{% if m.role == 'assistant' %}{{ 'x' * 10**9 }}"
+              "{% endif %}{{ m.content }}{% endfor %}")
+else:  # about 0.25 s of work per message (a probe has two), under every limit of one render
+    source = ("{% for m in messages %}{% for i in range(3500) %}{% for j in range(1000) %}"
+              "{% endfor %}{% endfor %}{{ m.content }}{% endfor %}")
+template = mj.ChatTemplate(source)
+if kind == "slow":
+    template.environment.limits = mj.Limits(max_seconds=2.0)
+calls = []
+for name in ("render", "render_with_provenance"):
+    original = getattr(template, name)
+    setattr(template, name, lambda *a, _original=original, **k: calls.append(1) or
+            _original(*a, **k))
+try:
+    template.response_parser()
+    outcome, message = "derived", ""
+except mj.TemplateError as error:
+    outcome, message = type(error).__name__, str(error)
+print(json.dumps({"outcome": outcome, "message": message, "renders": len(calls)}))
+"""
+
+
+def _derive_in_a_child(kind: str) -> Dict[str, Any]:
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", _PROBED_CHILD, kind], capture_output=True,
+                               text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def test_a_template_over_a_limit_on_a_probe_is_refused_after_that_probe() -> None:
+    # each probe would otherwise run to the limit (with a template spending the step budget,
+    # seconds of CPU per probe, about 16 probes); the child's timeout would catch a hang
+    result = _derive_in_a_child("limit")
+    assert result["outcome"] == "LimitExceededError", result
+    assert "Limits.max_string_size" in result["message"]
+    assert result["renders"] == 3  # the prompt, the history before the turn, one probe
+
+
+def test_the_probes_together_are_held_to_one_renders_time_limit() -> None:
+    result = _derive_in_a_child("slow")
+    assert result["outcome"] == "ProbesDeadlineExceededError", result
+    assert "response-parser probes ran longer than 2 s (Limits.max_seconds" in result["message"]

@@ -24,11 +24,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .. import DeadlineExceededError, LimitExceededError
+from .. import LimitExceededError
+from .probe_deadline import ProbeDeadline, ProbesDeadlineExceededError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .pipeline import ChatTemplate
@@ -103,12 +103,6 @@ OUTPUT_KWARGS: Dict[str, Tuple[Any, Any]] = {
 
 #: The largest number of evidence ranges a probe keeps per target (the rest are counted).
 MAX_RANGES = 8
-
-
-class ProbesDeadlineExceededError(DeadlineExceededError):
-    """The probes of :meth:`ChatTemplate.capabilities` together ran longer than
-    ``Limits.max_seconds``, the time one render is allowed: about 20 renders of short
-    conversations, each under the limits, must not add up to 20 times a render's limit."""
 
 
 def _content(text: str, typed: bool) -> Any:
@@ -391,20 +385,11 @@ class _Decider:
         self.typed = False  # whether probes give content as typed parts
         self.content_pending: Any = None
         self.earlier_call_probe: Optional[Probe] = None
-        self.probes_run = 0
-        max_seconds = template.environment.limits.max_seconds
-        self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        self.max_seconds = max_seconds
+        self.deadline = ProbeDeadline(template, "capability probes")
 
     def check_deadline(self) -> None:
         """Refuse the template once the probes so far took longer than one render may."""
-        self.probes_run += 1
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise ProbesDeadlineExceededError(
-                f"the capability probes ran longer than {self.max_seconds:g} s "
-                f"(Limits.max_seconds, the time limit of one render) after "
-                f"{self.probes_run} render(s) of short conversations: the template is too "
-                "slow to probe")
+        self.deadline.check()
 
     def probe(self, name: str, messages: List[Dict[str, Any]], tools: Any = None,
               add_generation_prompt: bool = False, kwargs: Optional[Dict[str, Any]] = None

@@ -576,7 +576,10 @@ class ChatTemplate:
         """The parser of what a model generates after this prompt, derived from the template
         itself (see :mod:`minijinja_py.chat.response_parser`): ``parse(text)`` gives the
         assistant message, ``unsupported`` the fields the template does not show how to
-        read, ``response_template`` the layout in transformers' format."""
+        read, ``response_template`` the layout in transformers' format. A template that
+        exceeds a limit on a probe raises that :class:`~minijinja_py.LimitExceededError`
+        (after that one probe), and the probes together are held to ``Limits.max_seconds``
+        (:class:`~minijinja_py.chat.probe_deadline.ProbesDeadlineExceededError`)."""
         from .response_parser import response_parser
 
         return response_parser(self, messages, tools, add_generation_prompt,
@@ -622,7 +625,7 @@ class ChatTemplate:
         limit on a probe raises that :class:`~minijinja_py.LimitExceededError` (after that
         one probe), and the probes together are held to ``Limits.max_seconds``, the time one
         render may take
-        (:class:`~minijinja_py.chat.capabilities.ProbesDeadlineExceededError`).
+        (:class:`~minijinja_py.chat.probe_deadline.ProbesDeadlineExceededError`).
 
         >>> caps = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}").capabilities()
         >>> caps.supports_system_role, caps.supports_tools

@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import TemplateError
+from .. import LimitExceededError, TemplateError
+from .probe_deadline import ProbeDeadline
 
 #: What the probes write. Plain ASCII words that no template rewrites (no whitespace at the
 #: ends, which templates often trim; no characters JSON or HTML would escape).
@@ -232,7 +233,12 @@ def split_repeat(before: str, between: str, after: str) -> Tuple[str, str, str]:
 
 
 class _ProbeRenderer:
-    """Renders the conversation with probe assistant messages appended."""
+    """Renders the conversation with probe assistant messages appended.
+
+    A probe the template refuses (a TemplateError) says what it cannot write; one that
+    exceeds a limit refuses the template (the error goes to the caller after that one probe),
+    and all the renders of one derivation share one render's time limit (probe_deadline.py).
+    """
 
     def __init__(self, template: Any, messages: Optional[Sequence[Any]], tools: Any,
                  add_generation_prompt: bool, continue_final_message: Any,
@@ -240,6 +246,7 @@ class _ProbeRenderer:
         self.template = template
         self.tools = tools
         self.kwargs = template_kwargs
+        self.deadline = ProbeDeadline(template, "response-parser probes")
         messages = list(messages) if messages else [{"role": "user", "content": "Hello"}]
         self.continued = messages[-1] if continue_final_message else None
         self.history = messages[:-1] if continue_final_message else messages
@@ -247,13 +254,24 @@ class _ProbeRenderer:
                                       add_generation_prompt=add_generation_prompt,
                                       continue_final_message=continue_final_message,
                                       **template_kwargs)
+        self.deadline.check()
         self.base = self._base_text()
+
+    def _probe(self, render: Any, messages: List[Any]) -> Any:
+        """``render(messages, ...)`` in the derivation's context, counted against its
+        deadline; what it raises is the caller's to read."""
+        try:
+            return render(messages, tools=self.tools, **self.kwargs)
+        finally:
+            self.deadline.check()
 
     def _base_text(self) -> str:
         if not self.history:
             return ""
         try:
-            base = self.template.render(self.history, tools=self.tools, **self.kwargs)
+            base = self._probe(self.template.render, self.history)
+        except LimitExceededError:
+            raise
         except TemplateError:
             return ""
         if self.prompt.startswith(base):
@@ -273,8 +291,9 @@ class _ProbeRenderer:
     def render_text(self, message: Dict[str, Any]) -> Optional[str]:
         """The text of the probe's assistant turn (None when the template refuses it)."""
         try:
-            text = self.template.render([*self.history, self.merged(message)],
-                                        tools=self.tools, **self.kwargs)
+            text = self._probe(self.template.render, [*self.history, self.merged(message)])
+        except LimitExceededError:
+            raise
         except TemplateError:
             return None
         return text[len(self.base):] if text.startswith(self.base) else None
@@ -283,8 +302,9 @@ class _ProbeRenderer:
         """The probe's turn (pieces from the start of the assistant turn) and the full text."""
         message = self.merged(message)
         try:
-            result = self.template.render_with_provenance(
-                [*self.history, message], tools=self.tools, **self.kwargs)
+            result = self._probe(self.template.render_with_provenance, [*self.history, message])
+        except LimitExceededError:
+            raise
         except TemplateError as error:
             return _Probe(None, f"{type(error).__name__}: {str(error).splitlines()[0]}"), ""
         start = len(self.base) if result.text.startswith(self.base) else _common_prefix(
