@@ -248,7 +248,9 @@ def _build_parser() -> argparse.ArgumentParser:
                               "(each witness's rule and one-line summary) as JSON")
 
     from .dataset.command import add_dataset_parser
+    from .parse_command import add_parse_parser
 
+    add_parse_parser(commands)
     add_dataset_parser(commands)
     return parser
 
@@ -819,6 +821,64 @@ def _prefix_report_of(chat_template: ChatTemplate, caps: Any,
                        f"({len(report)} boundaries)"}
 
 
+# ---- parse -----------------------------------------------------------------------------------
+def _read_text(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what}: no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{what}: {path} is not UTF-8 ({exc.reason})") from None
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    """``minijinja-py parse``: derive the response parser (parse_command.py has the
+    arguments) and parse --text with it, or show its layout."""
+    variables = dict(_parse_var(item) for item in args.var)
+    messages = (None if args.messages is None
+                else _expect_list(_read_json(args.messages, "--messages"), "--messages"))
+    tools = (None if args.tools is None
+             else _expect_list(_read_json(args.tools, "--tools"), "--tools"))
+    text = None if args.text is None else _read_text(args.text, "--text")
+    config = _load_config(args.template)
+    try:
+        selected, source = select_template(config.templates, name=args.name, tools=tools)
+        label = config.origin if len(config.templates) == 1 else f"{config.origin} [{selected}]"
+        parser = ChatTemplate(source, name=label, special_tokens=config.special_tokens
+                              ).response_parser(messages, tools,
+                                                args.add_generation_prompt, **variables)
+        message = None if text is None else parser.parse(text, strict=args.strict)
+    except TemplateSyntaxError as exc:
+        raise DataError(f"syntax error: {exc}") from None
+    except TemplateError as exc:
+        raise DataError(_render_error_message(exc)) from None
+    except (ValueError, TypeError) as exc:
+        raise DataError(_one_line_of(exc)) from None
+    if message is None:
+        payload: Dict[str, Any] = {"response_template": parser.response_template,
+                                   "unsupported": parser.unsupported}
+    else:
+        payload = {"message": message, "unsupported": parser.unsupported}
+    if args.json or message is None:
+        _write(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", exact_escapes=True)
+        return 0
+    lines = [f"{key}: {json.dumps(value, ensure_ascii=False)}" for key, value in message.items()
+             if key != "tool_calls"]
+    for call in message.get("tool_calls", ()):
+        function = call["function"]
+        lines.append(f"tool call: {function['name']} "
+                     f"{json.dumps(function['arguments'], ensure_ascii=False)}")
+    for field_name, reason in parser.unsupported.items():
+        lines.append(f"note: {field_name} not parsed: {reason}")
+    _write("\n".join(lines) + "\n", exact_escapes=True)
+    return 0
+
+
 # ---- dataset ---------------------------------------------------------------------------------
 def _cmd_dataset(args: argparse.Namespace) -> int:
     """``minijinja-py dataset``: --var and --now read as for render, the rest in
@@ -894,6 +954,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             return _cmd_dataset(args)
         if args.command == "inspect":
             return _cmd_inspect(args)
+        if args.command == "parse":
+            return _cmd_parse(args)
         return _cmd_check(args)
     except UsageError as exc:
         print(f"minijinja-py: error: {exc}", file=sys.stderr)
