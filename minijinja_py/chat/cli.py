@@ -225,6 +225,17 @@ def _build_parser() -> argparse.ArgumentParser:
                        help=".jinja file, tokenizer_config.json, model directory or .gguf file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    _add_inspect_parser(commands)
+    from .dataset.command import add_dataset_parser
+    from .parse_command import add_parse_parser
+
+    add_parse_parser(commands)
+    add_dataset_parser(commands)
+    return parser
+
+
+def _add_inspect_parser(commands: "argparse._SubParsersAction") -> None:
+    """Add the ``inspect`` command (capabilities, with a witness each) to ``commands``."""
     inspect = commands.add_parser(
         "inspect", help="what a chat template can do: system role, tools, tool calls, "
                         "reasoning, content format..., each with its witness",
@@ -246,13 +257,6 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true",
                          help='print {"source", "template", "capabilities", "witnesses"} '
                               "(each witness's rule and one-line summary) as JSON")
-
-    from .dataset.command import add_dataset_parser
-    from .parse_command import add_parse_parser
-
-    add_parse_parser(commands)
-    add_dataset_parser(commands)
-    return parser
 
 
 # ---- input -----------------------------------------------------------------------------------
