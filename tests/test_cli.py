@@ -133,7 +133,8 @@ def test_render_a_model_directory_and_named_templates(tmp_path: Path) -> None:
     assert "'default', 'tool_use'" in result.stderr
 
 
-def test_render_a_gguf_file(tmp_path: Path) -> None:
+def write_tiny_gguf(path: Path, template: str) -> None:
+    """A GGUF file holding three tokens (bos <|begin|>, eos <|end|>) and ``template``."""
     def string(text: str) -> bytes:
         data = text.encode("utf-8")
         return struct.pack("<Q", len(data)) + data
@@ -144,12 +145,15 @@ def test_render_a_gguf_file(tmp_path: Path) -> None:
         + b"".join(string(token) for token in tokens),
         string("tokenizer.ggml.bos_token_id") + struct.pack("<II", 4, 1),
         string("tokenizer.ggml.eos_token_id") + struct.pack("<II", 4, 2),
-        string("tokenizer.chat_template") + struct.pack("<I", 8) + string(
-            "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}"
-            "{% endfor %}"),
+        string("tokenizer.chat_template") + struct.pack("<I", 8) + string(template),
     ]
-    path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(entries)) + b"".join(entries))
+
+
+def test_render_a_gguf_file(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}"
+                          "{{ eos_token }}{% endfor %}")
     messages = json.dumps([{"role": "user", "content": "hi"}])
     result = run(["render", str(path), "--messages", "-"], stdin=messages)
     assert result.returncode == 0, result.stderr

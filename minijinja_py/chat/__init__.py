@@ -14,6 +14,14 @@ errors) to do what transformers does around a chat template:
   capped), for .config, .gguf and .tokens;
 - :mod:`.gguf`: the chat templates and special tokens in GGUF metadata;
 - :mod:`.schema`: JSON schemas for tools given as Python functions;
+- :mod:`.capabilities`: what a template can do, decided from provenance renders of probe
+  conversations, each answer with its witness (``ChatTemplate.capabilities()``);
+- :mod:`.polyfills`: minja's polyfills for what a template cannot do (``render(polyfill=...)``);
+- :mod:`.response_parser` (with :mod:`.response_layout`, :mod:`.response_stream` and
+  :mod:`.response_export`): the parser of a model's output derived from the template
+  (``ChatTemplate.response_parser()``);
+- :mod:`.prefix_report`: whether each turn's render extends the previous one
+  (``ChatTemplate.prefix_report()``);
 - :mod:`.tokens`: ``apply_chat_template(..., tokenize=True)``: ``ChatTokenizer`` (a model
   folder's ``tokenizer.json`` through the optional ``tokenizers`` package), token ids,
   attention and assistant masks, control-token sanitising, padding and truncation;
@@ -39,6 +47,11 @@ _LAZY = {
     "ChatTokenizer": "tokens", "ChatEncoding": "tokens", "TokenizersNotInstalledError": "tokens",
     "UnencodableTextError": "tokens", "TensorLibraryNotInstalledError": "tokenizer_api",
     "load_tokenizer": "tokens",
+    "Capabilities": "capabilities", "CAPABILITY_NAMES": "capabilities",
+    "POLYFILLS": "polyfills", "ProbesDeadlineExceededError": "probe_deadline",
+    "ResponseParser": "response_parser", "ResponseParseError": "response_parser",
+    "ResponseStream": "response_stream", "PrefixBoundary": "prefix_report",
+    "PrefixCheck": "prefix_report",
 }
 
 __all__ = list(_LAZY)
@@ -51,6 +64,12 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .api import apply_chat_template
     from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
                            ChatTemplateValueError, RenderResult, plain_template_data)
+    from .capabilities import CAPABILITY_NAMES, Capabilities
+    from .polyfills import POLYFILLS
+    from .prefix_report import PrefixBoundary, PrefixCheck
+    from .probe_deadline import ProbesDeadlineExceededError
+    from .response_parser import ResponseParseError, ResponseParser
+    from .response_stream import ResponseStream
     from .tokenizer_api import TensorLibraryNotInstalledError
     from .tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
                          UnencodableTextError, load_tokenizer)

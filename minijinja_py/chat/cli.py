@@ -10,7 +10,9 @@ variables, message keys and features a template uses. ``render --provenance`` te
 template's own text from the text that came from the input (colours on a terminal, plain markers
 otherwise, the runs as JSON with ``--json``: see provenance_display.py). TEMPLATE_OR_CONFIG is a
 ``.jinja`` file, a ``tokenizer_config.json``, a model directory or a ``.gguf`` file.
-``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
+``minijinja-py inspect TEMPLATE_OR_CONFIG`` prints what the template can do (system role,
+tools, tool calls, reasoning, content format...), each with a one-line witness (see
+capabilities.py). ``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
 JSON Lines, JSON or Parquet dataset on every core, resumably (minijinja_py/chat/dataset/).
 
 Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON, a
@@ -223,10 +225,38 @@ def _build_parser() -> argparse.ArgumentParser:
                        help=".jinja file, tokenizer_config.json, model directory or .gguf file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    _add_inspect_parser(commands)
     from .dataset.command import add_dataset_parser
+    from .parse_command import add_parse_parser
 
+    add_parse_parser(commands)
     add_dataset_parser(commands)
     return parser
+
+
+def _add_inspect_parser(commands: "argparse._SubParsersAction") -> None:
+    """Add the ``inspect`` command (capabilities, with a witness each) to ``commands``."""
+    inspect = commands.add_parser(
+        "inspect", help="what a chat template can do: system role, tools, tool calls, "
+                        "reasoning, content format..., each with its witness",
+        description="Render small probe conversations with the chat template of "
+                    "TEMPLATE_OR_CONFIG and print each capability (supports_system_role, "
+                    "supports_tools, ..., content_format) with a one-line witness: the input "
+                    "path and the output text it wrote, or the error the template raised. A "
+                    "capability holds when the probe's input reaches the output.")
+    inspect.add_argument("template", metavar="TEMPLATE_OR_CONFIG",
+                         help=".jinja file, tokenizer_config.json, model directory or .gguf file")
+    inspect.add_argument("--name", metavar="NAME",
+                         help="which named template of the config to inspect (e.g. tool_use)")
+    inspect.add_argument("--var", action="append", default=[], metavar="KEY=JSON",
+                         help="a template variable passed to every probe (repeatable): "
+                              "--var enable_thinking=false")
+    inspect.add_argument("--witness", metavar="CAPABILITY",
+                         help="print that capability's whole witness (the probes, their "
+                              "outputs and the ranges each input wrote) as JSON")
+    inspect.add_argument("--json", action="store_true",
+                         help='print {"source", "template", "capabilities", "witnesses"} '
+                              "(each witness's rule and one-line summary) as JSON")
 
 
 # ---- input -----------------------------------------------------------------------------------
@@ -718,6 +748,141 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if all_ok else 1
 
 
+# ---- inspect ---------------------------------------------------------------------------------
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .capabilities import CAPABILITY_NAMES
+
+    variables = dict(_parse_var(item) for item in args.var)
+    config = _load_config(args.template)
+    try:
+        selected, source = select_template(config.templates, name=args.name)
+        label = config.origin if len(config.templates) == 1 else f"{config.origin} [{selected}]"
+        chat_template = ChatTemplate(source, name=label, special_tokens=config.special_tokens)
+        caps = chat_template.capabilities(**variables)
+    except TemplateSyntaxError as exc:
+        raise DataError(f"syntax error: {exc}") from None
+    except TemplateError as exc:
+        raise DataError(_render_error_message(exc)) from None
+    except (ValueError, TypeError) as exc:
+        raise DataError(_one_line_of(exc)) from None
+    if args.witness is not None:
+        if args.witness not in CAPABILITY_NAMES:
+            raise UsageError(f"--witness {args.witness}: no such capability; the names are "
+                             f"{', '.join(CAPABILITY_NAMES)}")
+        _write(json.dumps(caps.witness(args.witness), ensure_ascii=False, indent=1) + "\n",
+               exact_escapes=True)
+        return 0
+    values = caps.to_dict()
+    prefix = _prefix_report_of(chat_template, caps, variables)
+    if args.json:
+        payload = {"source": config.origin, "template": selected, "capabilities": values,
+                   "witnesses": {name: {"rule": caps.witness(name)["rule"],
+                                        "summary": caps.witness(name)["summary"]}
+                                 for name in values},
+                   "turns_extend": prefix["extends"],
+                   "prefix_report": [boundary.as_dict() for boundary in prefix["report"]]}
+        _write(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", exact_escapes=True)
+        return 0
+    rows = {**values, "turns_extend": prefix["extends"]}
+    width = max(map(len, rows))
+    value_width = max(len(json.dumps(value)) for value in rows.values())
+    lines = [f"{label}"]
+    for name, value in rows.items():
+        shown = json.dumps(value) if isinstance(value, str) else str(value).lower()
+        summary = prefix["summary"] if name == "turns_extend" else caps.witness(name)["summary"]
+        summary = summary.replace("\n", "\\n")
+        lines.append(f"  {name:<{width}}  {shown:<{value_width}}  {summary}")
+    others = sorted(set(config.templates) - {selected})
+    if others:
+        lines.append(f"  note: the config also has {', '.join(others)} (inspect it with --name)")
+    _write("\n".join(lines) + "\n")
+    return 0
+
+
+def _prefix_report_of(chat_template: ChatTemplate, caps: Any,
+                      variables: Dict[str, Any]) -> Dict[str, Any]:
+    """Whether the built-in example conversation's turns extend each other (with reasoning in
+    the assistant turns and the example tools where the template takes them): ``extends``,
+    the report, and a one-line summary (the first break and its cause)."""
+    messages = [dict(message) for message in EXAMPLE_MESSAGES]
+    if caps.supports_reasoning:
+        for number, message in enumerate(messages):
+            if message["role"] == "assistant":
+                message["reasoning_content"] = f"Reasoning of turn {number}."
+    tools = EXAMPLE_TOOLS if caps.supports_tools else None
+    report = chat_template.prefix_report(messages, tools=tools, **variables)
+    for boundary in report:
+        for kind, check in (("", boundary.plain), (" (the prompt asking for it)",
+                                                    boundary.generation_prompt)):
+            if check is None or check.extends:
+                continue
+            what = (f"render raised: {check.error.splitlines()[0]}" if check.error
+                    else check.cause)
+            return {"extends": False, "report": report,
+                    "summary": f"example conversation, turn {boundary.turn}{kind}: {what}"}
+    return {"extends": True, "report": report,
+            "summary": f"every turn of the example conversation extends the previous one "
+                       f"({len(report)} boundaries)"}
+
+
+# ---- parse -----------------------------------------------------------------------------------
+def _read_text(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what}: no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{what}: {path} is not UTF-8 ({exc.reason})") from None
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    """``minijinja-py parse``: derive the response parser (parse_command.py has the
+    arguments) and parse --text with it, or show its layout."""
+    variables = dict(_parse_var(item) for item in args.var)
+    messages = (None if args.messages is None
+                else _expect_list(_read_json(args.messages, "--messages"), "--messages"))
+    tools = (None if args.tools is None
+             else _expect_list(_read_json(args.tools, "--tools"), "--tools"))
+    text = None if args.text is None else _read_text(args.text, "--text")
+    config = _load_config(args.template)
+    try:
+        selected, source = select_template(config.templates, name=args.name, tools=tools)
+        label = config.origin if len(config.templates) == 1 else f"{config.origin} [{selected}]"
+        parser = ChatTemplate(source, name=label, special_tokens=config.special_tokens
+                              ).response_parser(messages, tools,
+                                                args.add_generation_prompt, **variables)
+        message = None if text is None else parser.parse(text, strict=args.strict)
+    except TemplateSyntaxError as exc:
+        raise DataError(f"syntax error: {exc}") from None
+    except TemplateError as exc:
+        raise DataError(_render_error_message(exc)) from None
+    except (ValueError, TypeError) as exc:
+        raise DataError(_one_line_of(exc)) from None
+    if message is None:
+        payload: Dict[str, Any] = {"response_template": parser.response_template,
+                                   "unsupported": parser.unsupported}
+    else:
+        payload = {"message": message, "unsupported": parser.unsupported}
+    if args.json or message is None:
+        _write(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", exact_escapes=True)
+        return 0
+    lines = [f"{key}: {json.dumps(value, ensure_ascii=False)}" for key, value in message.items()
+             if key != "tool_calls"]
+    for call in message.get("tool_calls", ()):
+        function = call["function"]
+        lines.append(f"tool call: {function['name']} "
+                     f"{json.dumps(function['arguments'], ensure_ascii=False)}")
+    for field_name, reason in parser.unsupported.items():
+        lines.append(f"note: {field_name} not parsed: {reason}")
+    _write("\n".join(lines) + "\n", exact_escapes=True)
+    return 0
+
+
 # ---- dataset ---------------------------------------------------------------------------------
 def _cmd_dataset(args: argparse.Namespace) -> int:
     """``minijinja-py dataset``: --var and --now read as for render, the rest in
@@ -791,6 +956,10 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             return _cmd_encode(args)
         if args.command == "dataset":
             return _cmd_dataset(args)
+        if args.command == "inspect":
+            return _cmd_inspect(args)
+        if args.command == "parse":
+            return _cmd_parse(args)
         return _cmd_check(args)
     except UsageError as exc:
         print(f"minijinja-py: error: {exc}", file=sys.stderr)

@@ -51,8 +51,11 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .. import ProvenanceResult
     from ..environment import Environment, Template
     from .api import apply_chat_template
+    from .capabilities import Capabilities
     from .config import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatConfigError, load_chat_config,
                          select_template)
+    from .prefix_report import PrefixBoundary
+    from .response_parser import ResponseParser
 
     PathLike = Union[str, "os.PathLike[str]"]
     Now = Union[None, datetime.datetime, Callable[[], Any]]
@@ -490,6 +493,7 @@ class ChatTemplate:
     def render(self, /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
                documents: Optional[Sequence[Any]] = None, add_generation_prompt: bool = False,
                continue_final_message: Union[bool, str] = False, *, conversation: Any = None,
+               polyfill: Union[bool, Mapping[str, bool]] = False,
                **template_kwargs: Any) -> str:
         """Render ``messages`` to a prompt string, exactly like transformers'
         ``apply_chat_template(..., tokenize=False)``. The messages may also be given as
@@ -510,8 +514,14 @@ class ChatTemplate:
         ``continue_final_message`` problems transformers refuses, TypeError for messages that
         are not dicts, and a :class:`~minijinja_py.TemplateError` subclass when the template
         itself fails.
+
+        ``polyfill`` (True, or a mapping such as ``{"system_role": True}`` naming the ones
+        wanted) rewrites the conversation where the template lacks a capability the input
+        needs, as google/minja does (see :mod:`minijinja_py.chat.polyfills`); False, the
+        default, renders the conversation as given.
         """
         messages = _the_conversation(messages, conversation, "ChatTemplate.render")
+        messages = self._polyfilled(messages, tools, polyfill, template_kwargs)
         return self._render(messages, tools, documents, add_generation_prompt,
                             continue_final_message, template_kwargs, False).text
 
@@ -519,7 +529,9 @@ class ChatTemplate:
                           documents: Optional[Sequence[Any]] = None,
                           add_generation_prompt: bool = False,
                           continue_final_message: Union[bool, str] = False, *,
-                          conversation: Any = None, **template_kwargs: Any) -> RenderResult:
+                          conversation: Any = None,
+                          polyfill: Union[bool, Mapping[str, bool]] = False,
+                          **template_kwargs: Any) -> RenderResult:
         """Like :meth:`render`, and also record the character span of each
         ``{% generation %}`` block's output, as ``return_assistant_tokens_mask`` does.
 
@@ -527,6 +539,7 @@ class ChatTemplate:
         spans are those of the cut text: a span reaching past the cut ends at the cut.
         """
         messages = _the_conversation(messages, conversation, "ChatTemplate.render_with_spans")
+        messages = self._polyfilled(messages, tools, polyfill, template_kwargs)
         return self._render(messages, tools, documents, add_generation_prompt,
                             continue_final_message, template_kwargs, True)
 
@@ -536,6 +549,7 @@ class ChatTemplate:
                                add_generation_prompt: bool = False,
                                continue_final_message: Union[bool, str] = False, *,
                                conversation: Any = None,
+                               polyfill: Union[bool, Mapping[str, bool]] = False,
                                **template_kwargs: Any) -> "ProvenanceResult":
         """Like :meth:`render_with_spans`, and also say where every character came from: a
         :class:`~minijinja_py.provenance.origins.ProvenanceResult` whose ``runs`` name the template
@@ -547,6 +561,7 @@ class ChatTemplate:
         from .. import ProvenanceResult
 
         messages = _the_conversation(messages, conversation, "ChatTemplate.render_with_provenance")
+        messages = self._polyfilled(messages, tools, polyfill, template_kwargs)
         variables, final_text = self._prepare(messages, tools, documents, add_generation_prompt,
                                               continue_final_message, template_kwargs)
         result = self.template.render_with_provenance(variables)
@@ -557,6 +572,73 @@ class ChatTemplate:
         if runs:
             runs[-1].end = min(runs[-1].end, len(text))
         return ProvenanceResult(text, runs, _clip_spans(result.generation_spans, len(text)))
+
+    def response_parser(self, /, messages: Any = None, tools: Optional[Sequence[Any]] = None,
+                        add_generation_prompt: bool = True,
+                        continue_final_message: Union[bool, str] = False,
+                        **template_kwargs: Any) -> "ResponseParser":
+        """The parser of what a model generates after this prompt, derived from the template
+        itself (see :mod:`minijinja_py.chat.response_parser`): ``parse(text)`` gives the
+        assistant message, ``unsupported`` the fields the template does not show how to
+        read, ``response_template`` the layout in transformers' format. A template that
+        exceeds a limit on a probe raises that :class:`~minijinja_py.LimitExceededError`
+        (after that one probe), and the probes together are held to ``Limits.max_seconds``
+        (:class:`~minijinja_py.chat.probe_deadline.ProbesDeadlineExceededError`)."""
+        from .response_parser import response_parser
+
+        return response_parser(self, messages, tools, add_generation_prompt,
+                               continue_final_message, **template_kwargs)
+
+    def parse_response(self, text: str, /, messages: Any = None,
+                       tools: Optional[Sequence[Any]] = None, add_generation_prompt: bool = True,
+                       continue_final_message: Union[bool, str] = False,
+                       **template_kwargs: Any) -> Dict[str, Any]:
+        """``response_parser(...).parse(text)``: the assistant message a model generated."""
+        return self.response_parser(messages, tools, add_generation_prompt,
+                                    continue_final_message, **template_kwargs).parse(text)
+
+    def prefix_report(self, messages: Any = None, tools: Optional[Sequence[Any]] = None, *,
+                      conversation: Any = None, **template_kwargs: Any) -> "List[PrefixBoundary]":
+        """Whether each turn's render extends the previous one: one
+        :class:`~minijinja_py.chat.prefix_report.PrefixBoundary` per boundary ``k`` (from 1 to
+        ``len(messages) - 1``), checking that ``render(messages[:k])`` is a prefix of
+        ``render(messages[:k + 1])`` and, before an assistant message, that the prompt asking
+        for it (``add_generation_prompt=True``) is too. Where one is not, the check gives the
+        first differing character of each render and its cause from provenance (which input
+        or which template text wrote it). A render that raises is reported, not raised.
+
+        >>> report = ChatTemplate("{% for m in messages %}{{ m.content }}|{% endfor %}"
+        ...                       ).prefix_report([{"role": "user", "content": "Hi"},
+        ...                                        {"role": "assistant", "content": "Yo"}])
+        >>> [(b.turn, b.extends) for b in report]
+        [(1, True)]
+        """
+        from .prefix_report import prefix_report
+
+        messages = _the_conversation(messages, conversation, "ChatTemplate.prefix_report")
+        _refuse_tokenization_options(template_kwargs)
+        return prefix_report(self, messages, tools, **template_kwargs)
+
+    def capabilities(self, **template_kwargs: Any) -> "Capabilities":
+        """What this template can do (system role, tools, tool calls and responses, parallel
+        calls, call ids, reasoning, content format...), each answer decided by which probe
+        inputs the template writes into the output, with a witness: see
+        :mod:`minijinja_py.chat.capabilities`. ``template_kwargs`` are passed to every probe
+        render (``enable_thinking=False``...). Computed once per template source, special
+        tokens, clock and keyword arguments, and cached in memory. A template that exceeds a
+        limit on a probe raises that :class:`~minijinja_py.LimitExceededError` (after that
+        one probe), and the probes together are held to ``Limits.max_seconds``, the time one
+        render may take
+        (:class:`~minijinja_py.chat.probe_deadline.ProbesDeadlineExceededError`).
+
+        >>> caps = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}").capabilities()
+        >>> caps.supports_system_role, caps.supports_tools
+        (True, False)
+        """
+        from .capabilities import capabilities_of
+
+        _refuse_tokenization_options(template_kwargs)
+        return capabilities_of(self, template_kwargs)
 
     def trusted_variables(self, template_kwargs: Optional[Mapping[str, Any]] = None
                           ) -> frozenset:
@@ -574,6 +656,33 @@ class ChatTemplate:
         variables, _ = self._prepare(messages, tools, documents, add_generation_prompt, False,
                                      template_kwargs)
         return variables
+
+    def _polyfilled(self, messages: Any, tools: Any, polyfill: Union[bool, Mapping[str, bool]],
+                    template_kwargs: Dict[str, Any]) -> Any:
+        """``messages`` with the polyfills ``polyfill`` allows and the input needs applied
+        (see :mod:`.polyfills`); ``messages`` itself when none applies."""
+        if polyfill is False:
+            return messages
+        from .polyfills import (apply_polyfills, polyfills_needed, selected_polyfills,
+                                tool_call_example)
+
+        try:
+            allowed = selected_polyfills(polyfill)
+        except ValueError as error:
+            raise ChatTemplateValueError(str(error)) from None
+        chat = _normalize_conversation(messages)
+        schemas = _tool_schemas(tools)
+        options = dict(template_kwargs)
+        _refuse_tokenization_options(options)
+        caps = self.capabilities(**options)
+        needed = polyfills_needed(caps, chat, schemas, allowed)
+        if not needed:
+            return chat
+        example = None
+        if "tools" in needed:
+            example = tool_call_example(self, caps, options)
+        return apply_polyfills(plain_template_data(chat), plain_template_data(schemas),
+                               needed, example)
 
     def _prepare(self, messages: Any, tools: Any, documents: Any, add_generation_prompt: Any,
                  continue_final_message: Union[bool, str], template_kwargs: Dict[str, Any]
