@@ -12,7 +12,10 @@ otherwise, the runs as JSON with ``--json``: see provenance_display.py). TEMPLAT
 ``.jinja`` file, a ``tokenizer_config.json``, a model directory or a ``.gguf`` file.
 ``minijinja-py inspect TEMPLATE_OR_CONFIG`` prints what the template can do (system role,
 tools, tool calls, reasoning, content format...), each with a one-line witness (see
-capabilities.py). ``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
+capabilities.py), whether turns extend each other and the derived response parser.
+``minijinja-py parse TEMPLATE_OR_CONFIG --text FILE`` parses a model's output back into an
+assistant message with the parser derived from the template (response_parser.py).
+``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
 JSON Lines, JSON or Parquet dataset on every core, resumably (minijinja_py/chat/dataset/).
 
 Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON, a
