@@ -28,6 +28,10 @@ def test_inspect_a_jinja_file():
         assert table[name][0] == shown
         assert table[name][1] == caps.witness(name)["summary"].replace("\n", "\\n")
     assert "messages[0].content wrote 'System needle S7'" in table["supports_system_role"][1]
+    parser = mj.ChatTemplate(EXAMPLE.read_text(encoding="utf-8")).response_parser()
+    assert table["response_parser"][0] == ('"partial"' if parser.unsupported else '"derived"')
+    assert table["response_parser"][1].startswith(
+        "reads " + ", ".join(sorted(parser.response_template["fields"])))
     # the example conversation's turns, with reasoning (the template writes only the last's)
     assert table["turns_extend"] == [
         "false", "example conversation, turn 5: messages[2].reasoning_content written in the "
@@ -49,6 +53,9 @@ def test_inspect_a_model_folder_json_and_vars(tmp_path: Path):
         "system_message: raised TemplateError: no system messages")
     witness = json.loads(run(["inspect", str(folder), "--witness", "supports_tools"]).stdout)
     assert witness["probes"][0]["written"]["tool"]["ranges"][0]["text"] == "probe_tool"
+    parser = mj.ChatTemplate(TOOL_TEMPLATE, special_tokens={"bos_token": "<s>"}).response_parser()
+    assert report["response_parser"] == {"response_template": parser.response_template,
+                                          "unsupported": parser.unsupported}
     assert report["turns_extend"] is False  # the example conversation starts with a system
     assert "no system messages" in report["prefix_report"][0]["plain"]["error"]
     thinking = run(["inspect", str(folder), "--var", "enable_thinking=false", "--json"])

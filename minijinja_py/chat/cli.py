@@ -12,7 +12,10 @@ otherwise, the runs as JSON with ``--json``: see provenance_display.py). TEMPLAT
 ``.jinja`` file, a ``tokenizer_config.json``, a model directory or a ``.gguf`` file.
 ``minijinja-py inspect TEMPLATE_OR_CONFIG`` prints what the template can do (system role,
 tools, tool calls, reasoning, content format...), each with a one-line witness (see
-capabilities.py). ``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
+capabilities.py), whether turns extend each other and the derived response parser.
+``minijinja-py parse TEMPLATE_OR_CONFIG --text FILE`` parses a model's output back into an
+assistant message with the parser derived from the template (response_parser.py).
+``minijinja-py dataset TEMPLATE_OR_MODEL_DIR INPUT OUTPUT`` renders or encodes every row of a
 JSON Lines, JSON or Parquet dataset on every core, resumably (minijinja_py/chat/dataset/).
 
 Exit codes: 0 success, 1 template or data error (syntax error, render error, invalid JSON, a
@@ -774,22 +777,25 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     values = caps.to_dict()
     prefix = _prefix_report_of(chat_template, caps, variables)
+    parsing = _response_parser_of(chat_template, variables)
     if args.json:
         payload = {"source": config.origin, "template": selected, "capabilities": values,
                    "witnesses": {name: {"rule": caps.witness(name)["rule"],
                                         "summary": caps.witness(name)["summary"]}
                                  for name in values},
                    "turns_extend": prefix["extends"],
-                   "prefix_report": [boundary.as_dict() for boundary in prefix["report"]]}
+                   "prefix_report": [boundary.as_dict() for boundary in prefix["report"]],
+                   "response_parser": parsing["data"]}
         _write(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", exact_escapes=True)
         return 0
-    rows = {**values, "turns_extend": prefix["extends"]}
+    rows = {**values, "turns_extend": prefix["extends"], "response_parser": parsing["value"]}
+    summaries = {"turns_extend": prefix["summary"], "response_parser": parsing["summary"]}
     width = max(map(len, rows))
     value_width = max(len(json.dumps(value)) for value in rows.values())
     lines = [f"{label}"]
     for name, value in rows.items():
         shown = json.dumps(value) if isinstance(value, str) else str(value).lower()
-        summary = prefix["summary"] if name == "turns_extend" else caps.witness(name)["summary"]
+        summary = summaries[name] if name in summaries else caps.witness(name)["summary"]
         summary = summary.replace("\n", "\\n")
         lines.append(f"  {name:<{width}}  {shown:<{value_width}}  {summary}")
     others = sorted(set(config.templates) - {selected})
@@ -797,6 +803,27 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         lines.append(f"  note: the config also has {', '.join(others)} (inspect it with --name)")
     _write("\n".join(lines) + "\n")
     return 0
+
+
+def _response_parser_of(chat_template: ChatTemplate, variables: Dict[str, Any]
+                        ) -> Dict[str, Any]:
+    """The response parser derived in the default prompt context (one user message, a
+    generation prompt): a value for the table ("derived", or "partial" when fields are
+    declared unsupported, or "error"), its one-line summary and the JSON data."""
+    try:
+        parser = chat_template.response_parser(**variables)
+    except TemplateError as exc:
+        message = _one_line_of(exc)
+        return {"value": "error", "summary": f"derivation raised: {message}",
+                "data": {"error": message}}
+    unsupported = parser.unsupported
+    fields = ", ".join(sorted(parser.response_template.get("fields", {}))) or "nothing"
+    summary = f"reads {fields} (minijinja-py parse shows the response_template)"
+    if unsupported:
+        summary += f"; not parsed: {', '.join(sorted(unsupported))}"
+    return {"value": "partial" if unsupported else "derived", "summary": summary,
+            "data": {"response_template": parser.response_template,
+                     "unsupported": unsupported}}
 
 
 def _prefix_report_of(chat_template: ChatTemplate, caps: Any,
