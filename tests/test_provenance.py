@@ -338,3 +338,12 @@ def test_inputs_past_the_wrapping_limit_are_kept_as_they_are():
     wrapped = wrap_variables({"a": ["x", "y", "z"]}, limit=3)  # a, x and y: three items
     assert [type(item) is PStr for item in wrapped["a"]] == [True, True, False]
     assert wrapped["a"] == ["x", "y", "z"]
+
+
+def test_the_result_classes_keep_their_module_path() -> None:
+    # provenance.py became the provenance/ folder; the results' classes stay where the API
+    # reference and users' imports found them
+    import minijinja_py as mj
+    from minijinja_py.provenance import Origin, ProvenanceResult, Run
+
+    assert (ProvenanceResult, Run, Origin) == (mj.ProvenanceResult, mj.Run, mj.Origin)
