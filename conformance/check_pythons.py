@@ -37,7 +37,7 @@ def _render_all(corpus: str) -> dict:
     without memory addresses."""
     sys.path.insert(0, REPO)
     import minijinja_py as mj
-    from minijinja_py import compiler
+    from minijinja_py.compiler import closures as compiler
 
     def render(source: str, context: dict, hot: bool) -> str:
         compiler.HOT_ITERATIONS = compiler.HOT_CALLS = 1 if hot else 10 ** 9

@@ -21,14 +21,15 @@ __version__ = "0.2.0"
 # public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
     "Environment": "environment", "Template": "environment", "chat_environment": "environment",
-    "Limits": "limits",
-    "Markup": "markup", "escape": "markup",
-    "Undefined": "runtime", "StrictUndefined": "runtime", "ChainableUndefined": "runtime",
-    "pass_environment": "runtime",
-    "ProvenanceResult": "provenance", "Run": "provenance", "Origin": "provenance",
+    "Limits": "guard.limits",
+    "Markup": "runtime.markup", "escape": "runtime.markup",
+    "Undefined": "runtime.objects", "StrictUndefined": "runtime.objects",
+    "ChainableUndefined": "runtime.objects", "pass_environment": "runtime.objects",
+    "ProvenanceResult": "provenance.origins", "Run": "provenance.origins",
+    "Origin": "provenance.origins",
     # the chat layer (minijinja_py/chat/), above the engine
     "ChatTemplate": "chat.pipeline", "RenderResult": "chat.pipeline",
-    "apply_chat_template": "chat.pipeline", "ChatTemplateValueError": "chat.pipeline",
+    "apply_chat_template": "chat.api", "ChatTemplateValueError": "chat.pipeline",
     "ChatConfigError": "chat.config",
     "get_json_schema": "chat.schema", "TypeHintParsingException": "chat.schema",
     "DocstringParsingException": "chat.schema",
@@ -54,18 +55,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .chat.config import ChatConfigError
     from .chat.gguf import GGUFError
-    from .chat.pipeline import (ChatTemplate, ChatTemplateValueError, RenderResult,
-                                apply_chat_template)
+    from .chat.api import apply_chat_template
+    from .chat.pipeline import ChatTemplate, ChatTemplateValueError, RenderResult
     from .chat.pool import RenderMemoryError, RenderPool, RenderTimeoutError, WorkerCrashedError
     from .chat.schema import DocstringParsingException, TypeHintParsingException, get_json_schema
     from .chat.tokenizer_api import TensorLibraryNotInstalledError
     from .chat.tokens import (ChatEncoding, ChatTokenizer, TokenizersNotInstalledError,
                               UnencodableTextError)
     from .environment import Environment, Template, chat_environment
-    from .limits import Limits
-    from .markup import Markup, escape
-    from .provenance import Origin, ProvenanceResult, Run
-    from .runtime import ChainableUndefined, StrictUndefined, Undefined, pass_environment
+    from .guard.limits import Limits
+    from .runtime.markup import Markup, escape
+    from .provenance.origins import Origin, ProvenanceResult, Run
+    from .runtime.objects import ChainableUndefined, StrictUndefined, Undefined, pass_environment
 
 
 def __getattr__(name: str) -> object:
@@ -74,10 +75,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'minijinja_py' has no attribute {name!r}")
     from importlib import import_module
 
-    from .fastimport import install
+    from ._startup.fastimport import install
 
     install()  # the engine's modules load with less machinery from here on: see fastimport
-    from .gcpause import paused_gc
+    from ._startup.gcpause import paused_gc
 
     with paused_gc():  # importing creates objects that all stay alive: see gcpause
         value = getattr(import_module(f".{module_name}", __name__), name)

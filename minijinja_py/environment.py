@@ -13,22 +13,23 @@ if TYPE_CHECKING:  # pragma: no cover
     import datetime as _datetime
     from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-    from .provenance import ProvenanceResult
+    from .provenance.origins import ProvenanceResult
 
 from sys import getrecursionlimit as _getrecursionlimit
 from time import monotonic as _monotonic
 
-from . import deadline as _deadline
-from . import limits as _limits
-from .compiler import Compiler, RenderContext, Scope
-from .compiler import starting_undefined
+from .guard import deadline as _deadline
+from .guard import limits as _limits
+from .compiler.closures import Compiler, RenderContext, Scope
+from .compiler.closures import starting_undefined
 from .exceptions import TemplateError, wrap_python_error
-from .budget import CALL_STEPS, filter_input_cost, size_cost
-from .limits import Limits
-from .gcpause import paused_gc
-from .runtime import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace, TemplateDict,
-                      TemplateReference, Undefined, raise_template_error, wants_environment)
-from .sandbox import Sandbox
+from .guard.prices import CALL_STEPS, filter_input_cost, size_cost
+from .guard.limits import Limits
+from ._startup.gcpause import paused_gc
+from .runtime.objects import (Cycler, GlobalFunction, GuardedNamespace, Joiner, Namespace,
+                              TemplateDict, TemplateReference, Undefined, raise_template_error,
+                              wants_environment)
+from .runtime.sandbox import Sandbox
 
 _CACHE_SIZE = 400
 # limits.ensure_recursion_headroom is called only when a render may need more than Python's
@@ -44,13 +45,13 @@ _EXTENSIONS = {"jinja2.ext.do": "do", "do": "do", "jinja2.ext.loopcontrols": Non
 
 
 def _load_filters() -> Dict[str, Callable[..., Any]]:
-    from .filters import FILTERS
+    from .runtime.filters.common import FILTERS
 
     return dict(FILTERS)
 
 
 def _load_tests() -> Dict[str, Callable[..., Any]]:
-    from .tests import TESTS
+    from .runtime.tests import TESTS
 
     return dict(TESTS)
 
@@ -84,7 +85,7 @@ class Environment:
         self.undefined = undefined
         self.immutable = immutable
         self.limits = limits if limits is not None else Limits()
-        #: keep parsed templates in the user's cache directory (see diskcache.py)
+        #: keep parsed templates in the user's cache directory (see syntax/parse_cache.py)
         self.parse_cache = parse_cache
         self.sandbox = Sandbox(immutable, undefined)
         with paused_gc():  # the first environment imports the filters and tests
@@ -146,21 +147,21 @@ class Environment:
                    self.limits.max_nesting, self.extension_tags)
         key = None
         if self.parse_cache:
-            from . import diskcache
+            from .syntax import parse_cache as diskcache
 
             if diskcache.enabled():
                 key = diskcache.entry_key(source, options, _engine_id())
                 ast = diskcache.load(key)
                 if ast is not None:
                     return ast
-        from .parser import parse
+        from .syntax.parser import parse
 
         ast = parse(source, name=name, trim_blocks=self.trim_blocks,
                     lstrip_blocks=self.lstrip_blocks,
                     keep_trailing_newline=self.keep_trailing_newline,
                     max_nesting=self.limits.max_nesting, extension_tags=self.extension_tags)
         if key is not None:
-            from . import diskcache
+            from .syntax import parse_cache as diskcache
 
             diskcache.store(key, ast)
         return ast
@@ -211,7 +212,7 @@ class Environment:
 
             raise TemplateRuntimeError(f"No {kind} named {name!r}.")
         # `map('upper')` and `select('in', big)` call filters per item: charged per call,
-        # as the template's own filter calls are (budget.py); test_caller charges the same
+        # as the template's own filter calls are (guard/prices.py); test_caller charges the same
         input_cost = filter_input_cost(name) if kind == "filter" else None
         _limits.charge(CALL_STEPS // 3 + (input_cost(value) if input_cost is not None else 0)
                        + sum(map(size_cost, args)))
@@ -253,15 +254,15 @@ def _engine_id() -> str:
         import os
 
         from . import __version__
-        from .lalr import grammar_identity
+        from .syntax.lalr import grammar_identity
 
         # The AST's shape is defined by the grammar, the parser and the node classes. Their
         # files are told apart by size and modification time, as Python tells a stale .pyc
         # (reading and hashing them cost a cold start about 0.3 ms).
-        here = os.path.dirname(os.path.abspath(__file__))
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "syntax")
         stamps = []
         for module in ("nodes.py", "parser.py", "scanner.py", "lalr.py", "_lalr_tables.py",
-                       "diskcache.py"):
+                       "parse_cache.py"):
             try:
                 info = os.stat(os.path.join(here, module))
                 stamps.append(f"{info.st_size}.{info.st_mtime_ns}")
@@ -303,7 +304,7 @@ class Template:
     def render_with_provenance(self, *args: Any, **kwargs: Any) -> "ProvenanceResult":
         """Render and say where every output character came from.
 
-        Returns a :class:`~minijinja_py.provenance.ProvenanceResult`: ``text`` (the same as
+        Returns a :class:`~minijinja_py.provenance.origins.ProvenanceResult`: ``text`` (the same as
         :meth:`render`'s), ``runs`` covering it in order, each ``(start, end, origin)`` with
         the origin "template" (line and column of the literal), "input" (a verbatim copy of
         the variable at ``origin.path``, e.g. ``messages[3].content``, from character
@@ -315,8 +316,8 @@ class Template:
         >>> [(run.start, run.end, run.origin.kind) for run in result.runs]
         [(0, 3, 'template'), (3, 5, 'derived'), (5, 7, 'template'), (7, 9, 'input')]
         """
-        from .provenance import ProvenanceResult, runs_of, wrap_variables
-        from .provenance_compiler import ProvenanceContext
+        from .provenance.origins import ProvenanceResult, runs_of, wrap_variables
+        from .provenance.compiler import ProvenanceContext
 
         compiled = self._provenance_code()
         variables = dict(*args, **kwargs)
@@ -339,8 +340,8 @@ class Template:
         """(root, fresh names, blocks) compiled by the provenance compiler, made once."""
         compiled = getattr(self, "_provenance_compiled", None)
         if compiled is None:
-            from . import nodes as n
-            from .provenance_compiler import ProvenanceCompiler, locate_literals
+            from .syntax import nodes as n
+            from .provenance.compiler import ProvenanceCompiler, locate_literals
 
             env = self.environment
             parse_token = _limits.activate_parse(env.limits)
@@ -411,7 +412,7 @@ class Template:
         """Every piece of text the template writes as it is and every string constant in its
         expressions (what it can print without reading a variable): the chat layer looks in
         them for the control tokens a template writes itself."""
-        from . import nodes as n
+        from .syntax import nodes as n
 
         found = set()
         for node in self.ast.find_all((n.TemplateData, n.Const)):
@@ -470,8 +471,8 @@ def generate_lorem_ipsum(n: int = 5, html: bool = True, min: int = 20, max: int 
     global ``random`` state, which a template could otherwise observe and advance."""
     import random as _random
 
-    from .limits import charge, check_string_size
-    from .markup import Markup
+    from .guard.limits import charge, check_string_size
+    from .runtime.markup import Markup
 
     random = _random.SystemRandom()
     check_string_size(int(n) * int(max) * 12)

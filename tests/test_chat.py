@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 import pytest
 
 import minijinja_py as mj
-from minijinja_py.analysis import analyze_template
+from minijinja_py.meta import analyze_template
 from minijinja_py.chat import (ChatConfigError, ChatTemplate, ChatTemplateValueError, RenderResult,
                                apply_chat_template, load_chat_config, plain_template_data,
                                select_template)

@@ -1,4 +1,4 @@
-"""Loop bodies compiled to Python (minijinja_py/codegen.py) render exactly like the closures.
+"""Loop bodies compiled to Python (minijinja_py/compiler/codegen.py) render exactly like the closures.
 
 A loop switches to its generated body once it runs HOT_ITERATIONS items; most conformance
 cases and corpus contexts have shorter loops, so here the threshold is 1 and every loop of
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import compiler
+from minijinja_py.compiler import closures as compiler
 
 import test_chat_corpus
 import test_conformance
@@ -219,7 +219,7 @@ def test_generated_loops_store_their_variable_only_for_the_closures(
 def test_read_placeholders_are_names_to_the_tokenizer() -> None:
     """Python 3.12's tokenizer refuses NUL characters: the generated loops of templates
     reading a key twice per message (placeholders while written) could not be made there."""
-    from minijinja_py import codegen
+    from minijinja_py.compiler import codegen
 
     tokens = codegen._tokens(["        _t1 = (\x000\x00 if \x0012\x00 else 1)"])
     assert [t.string for t in tokens if t.string.startswith("_")] == ["_t1", "_0_", "_12_"]

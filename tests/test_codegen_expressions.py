@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import compiler
+from minijinja_py.compiler import closures as compiler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 import reference_jinja2  # noqa: E402  # the Jinja2 reference (a test dependency)
@@ -509,8 +509,8 @@ def test_an_empty_list_is_looped_over_as_any_empty_iterable(
 def test_direct_attributes_are_what_the_sandbox_answers() -> None:
     """DIRECT_ATTRIBUTES lets the compiler read an attribute after a type check: for every
     entry the sandbox's own answer must be the plain attribute, never a wrapper."""
-    from minijinja_py.runtime import LoopContext, Undefined
-    from minijinja_py.sandbox import DIRECT_ATTRIBUTES, Sandbox
+    from minijinja_py.runtime.objects import LoopContext, Undefined
+    from minijinja_py.runtime.sandbox import DIRECT_ATTRIBUTES, Sandbox
 
     sandbox = Sandbox(True, Undefined)
     samples = {LoopContext: []}
@@ -774,7 +774,7 @@ def test_items_lacking_a_key_read_early_take_the_general_copy(
     item known to be a dict there, the limits looked at after it, then the next item), and
     a second copy (each read checked, the sandbox path for a missing key) for the others; a
     body too long to write twice is written once, with the checks."""
-    from minijinja_py import codegen
+    from minijinja_py.compiler import codegen
 
     made = spy_on(monkeypatch, "generate_loop")
     hot_from(monkeypatch, 1)

@@ -10,17 +10,18 @@ import sys
 import threading
 
 import minijinja_py as mj
-from minijinja_py import aot_regex, limits, scanner
+from minijinja_py.syntax import regex as aot_regex, scanner
+from minijinja_py.guard import limits
 
 
 def test_shipped_regex_programs_are_what_re_compiles_now() -> None:
-    from minijinja_py._regex_programs import PROGRAMS
+    from minijinja_py.syntax._regex_programs import PROGRAMS
 
     scanner.compile_all_patterns()
     shipped = PROGRAMS.get(aot_regex.engine_key())
     if shipped is not None:
         assert set(shipped) == aot_regex.requested, \
-            "a scanner pattern changed: run `python -m minijinja_py.aot_regex`"
+            "a scanner pattern changed: run `python tools/build_regex_programs.py`"
         for (pattern, flags), program in shipped.items():
             assert program == aot_regex.program(pattern, flags), pattern
     for pattern, flags in aot_regex.requested:  # shipped or not, the same Pattern as re's
@@ -80,10 +81,11 @@ def test_a_cold_render_loads_no_extension_module_it_can_do_without() -> None:
     # json: the package (its decoder compiles regular expressions), not its C module;
     # encodings.unicode_escape: the codec of rarer escapes than "\n"
     for unwanted in ("zlib", "bisect", "contextvars", "hashlib", "threading", "typing",
-                     "minijinja_py.jsonfast", "minijinja_py.codegen", "json", "json.decoder",
+                     "minijinja_py.runtime.filters.tojson", "minijinja_py.compiler.codegen",
+                     "minijinja_py.compiler.specs", "json", "json.decoder",
                      "encodings.unicode_escape"):
         assert unwanted not in loaded, unwanted
-    assert "minijinja_py.fastimport" in loaded
+    assert "minijinja_py._startup.fastimport" in loaded
 
 
 def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
@@ -92,7 +94,7 @@ def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
     import itertools
     import warnings
 
-    from minijinja_py.parser import _simple_unescape
+    from minijinja_py.syntax.parser import _simple_unescape
 
     alphabet = ["\\", "n", "t", "r", "'", '"', "x", "0", "é", "\n"]
     decoded_here = 0
@@ -117,7 +119,7 @@ def test_the_commonest_escapes_decode_as_the_codec_decodes_them() -> None:
 _PROMOTION_CHILD = """
 import gc, sys
 import minijinja_py as mj
-from minijinja_py import gcpause
+from minijinja_py._startup import gcpause
 env = mj.chat_environment()
 if sys.argv[1] == "freeze":
     gc.freeze()
@@ -138,7 +140,7 @@ print(max(made), gc.get_stats()[0]["collections"] - before, gc.get_count()[0],
 
 
 def test_a_compile_moves_what_it_made_to_the_oldest_generation_unwalked() -> None:
-    from minijinja_py import gcpause
+    from minijinja_py._startup import gcpause
 
     def child(mode: str) -> list:
         out = subprocess.run([sys.executable, "-c", _PROMOTION_CHILD, mode],
@@ -163,7 +165,7 @@ def test_promoted_garbage_cycles_wait_for_a_full_collection() -> None:
     import gc
     import weakref
 
-    from minijinja_py import gcpause
+    from minijinja_py._startup import gcpause
 
     class Cycle:
         pass
@@ -192,7 +194,7 @@ def test_promoted_garbage_cycles_wait_for_a_full_collection() -> None:
 _REQUESTS_CHILD = """
 import gc, weakref
 import minijinja_py as mj
-from minijinja_py import gcpause
+from minijinja_py._startup import gcpause
 source = "".join("{%% if x%d %%}{{ a + 'x' + b }}{%% endif %%}" % i for i in range(100))
 class Cycle:
     pass
@@ -240,7 +242,7 @@ def test_a_cold_start_walks_nothing_it_made() -> None:
     made having been promoted (where nothing was frozen before: see above)."""
     # (the package's module, the loader's and the pause's own load before any pause)
     code = ("import gc, sys\n"
-            "import minijinja_py as mj, minijinja_py.fastimport, minijinja_py.gcpause\n"
+            "import minijinja_py as mj, minijinja_py._startup.fastimport, minijinja_py._startup.gcpause\n"
             "gc.collect()\n"
             "frozen = gc.get_freeze_count()\n"
             "before = gc.get_stats()[0]['collections']\n"
@@ -296,10 +298,12 @@ def test_the_chat_api_first_render_loads_only_the_pipeline_beyond_the_engine() -
     nor the standard modules they use (dataclasses, inspect, json, pathlib, typing...), which
     doubled the cold start of a first chat render."""
     engine = _modules_a_first_render_loads("engine")
-    assert "minijinja_py.compiler" in engine  # (the child did render)
-    for way in ("ChatTemplate", "apply_chat_template"):
+    assert "minijinja_py.compiler.closures" in engine  # (the child did render)
+    pipeline = {"minijinja_py.chat", "minijinja_py.chat.pipeline"}
+    for way, facade in (("ChatTemplate", set()),
+                        ("apply_chat_template", {"minijinja_py.chat.api"})):
         loaded = _modules_a_first_render_loads(way)
-        assert loaded - engine == {"minijinja_py.chat", "minijinja_py.chat.pipeline"}, way
+        assert loaded - engine == pipeline | facade, way
         for unwanted in ("dataclasses", "inspect", "json", "pathlib", "typing", "threading",
                          "minijinja_py.chat.config", "minijinja_py.chat.tokens",
                          "minijinja_py.chat.schema"):

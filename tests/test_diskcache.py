@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import diskcache, parser
-from minijinja_py import nodes as n
+from minijinja_py.syntax import parse_cache as diskcache, parser
+from minijinja_py.syntax import nodes as n
 
 from corpus_support import CORPUS, corpus_available, template_source
 from forked import run_forked
@@ -66,7 +66,8 @@ def test_every_corpus_ast_survives_a_round_trip() -> None:
         ast = parser.parse("{{ 1" + unit * 400 + " }}")
         assert diskcache.loads(diskcache.dumps(ast)) is not None, unit
     # the words the loader accepts are the parser's, the operators those the engine computes
-    from minijinja_py import arith, compiler
+    from minijinja_py.runtime import operators as arith
+    from minijinja_py.compiler import closures as compiler
 
     assert diskcache._NO_LOADER_TAGS == set(parser._NO_LOADER_TAGS)
     assert diskcache._BINARY_OPERATORS == set(arith.BINOPS)

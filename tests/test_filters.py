@@ -24,13 +24,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import _PassArg
 
 from minijinja_py.exceptions import LimitExceededError, TemplateRuntimeError
-from minijinja_py.filters import FILTERS, GroupTuple
-from minijinja_py.limits import Limits, activate, deactivate
-from minijinja_py.markup import Markup
-from minijinja_py.runtime import (MISSING, ChainableUndefined, LazySequence, Namespace,
-                                  StrictUndefined, Undefined, wants_environment)
-from minijinja_py.sandbox import Sandbox
-from minijinja_py.tests import TESTS
+from minijinja_py.runtime.filters.common import FILTERS, GroupTuple
+from minijinja_py.guard.limits import Limits, activate, deactivate
+from minijinja_py.runtime.markup import Markup
+from minijinja_py.runtime.objects import (MISSING, ChainableUndefined, LazySequence, Namespace,
+                                          StrictUndefined, Undefined, wants_environment)
+from minijinja_py.runtime.sandbox import Sandbox
+from minijinja_py.runtime.tests import TESTS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -857,9 +857,9 @@ def test_filters_loaded_on_use_are_their_functions() -> None:
     import pickle
 
     import minijinja_py as mj
-    from minijinja_py import filters_more
-    from minijinja_py.filters import LoadedOnUse
-    from minijinja_py.runtime import wants_environment
+    from minijinja_py.runtime.filters import rare as filters_more
+    from minijinja_py.runtime.filters.common import LoadedOnUse
+    from minijinja_py.runtime.objects import wants_environment
 
     deferred = {name: entry for name, entry in FILTERS.items() if type(entry) is LoadedOnUse}
     assert {"center", "wordwrap", "groupby", "sort", "format", "urlize"} <= set(deferred)
@@ -882,9 +882,9 @@ def test_a_template_without_rare_filters_does_not_load_them() -> None:
     code = ("import sys, minijinja_py as mj\n"
             "env = mj.chat_environment()\n"
             "print(env.from_string('{{ x|trim|tojson }}{{ y|length }}').render(x=' a ', y=[1]),"
-            " 'minijinja_py.filters_more' in sys.modules)\n"
+            " 'minijinja_py.runtime.filters.rare' in sys.modules)\n"
             "print(env.from_string('{{ x|wordcount }}').render(x='a b'),"
-            " 'minijinja_py.filters_more' in sys.modules)\n")
+            " 'minijinja_py.runtime.filters.rare' in sys.modules)\n")
     lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True).stdout.splitlines()
     assert lines == ['"a"1 False', "2 True"]

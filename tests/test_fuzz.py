@@ -103,7 +103,7 @@ def _guard_process() -> Any:
     previous = signal.signal(signal.SIGALRM, _alarm)
     # Loops of 3 items or more run generated Python (codegen.py) instead of closures: the
     # random data has loops on both sides of that line, so both evaluators get fuzzed.
-    from minijinja_py import compiler
+    from minijinja_py.compiler import closures as compiler
 
     saved = compiler.HOT_ITERATIONS, compiler.FIRST_RENDER_FACTOR
     compiler.HOT_ITERATIONS, compiler.FIRST_RENDER_FACTOR = 3, 1

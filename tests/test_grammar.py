@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import lalr, parser
+from minijinja_py.syntax import lalr, parser
 
 from corpus_support import CORPUS, corpus_available, template_source
 
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_shipped_tables_match_the_grammar() -> None:
     rebuilt = lalr.build_tables(lalr.read_grammar(), parser.START_SYMBOLS)
-    from minijinja_py._lalr_tables import TABLES as shipped
+    from minijinja_py.syntax._lalr_tables import TABLES as shipped
 
-    assert shipped == rebuilt, "grammar/jinja.lark changed: run `python -m minijinja_py.lalr`"
+    assert shipped == rebuilt, "grammar/jinja.lark changed: run `python tools/build_lalr_tables.py`"
 
 
 class _LarkToken(tuple):

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minijinja_py as mj
-from minijinja_py import filters, jsonfast
-from minijinja_py.jsonfast import plain_dumps
+from minijinja_py.runtime.filters import common as filters, tojson as jsonfast
+from minijinja_py.runtime.filters.tojson import plain_dumps
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 SCALARS = st.one_of(TEXT, st.integers(-10 ** 30, 10 ** 30), st.booleans(), st.none(),

@@ -37,3 +37,14 @@ def test_changelog_has_the_version() -> None:
     assert releases, "no release heading '## [X.Y.Z] - YYYY-MM-DD' in CHANGELOG.md"
     assert releases[0][0] == _pyproject_version()
     assert "## [Unreleased]" in text.split(f"## [{releases[0][0]}]")[0]
+
+
+def test_every_folder_of_the_package_is_in_the_wheel() -> None:
+    # pyproject.toml lists the packages by name: a folder of the engine left out would be
+    # missing from the wheel while every test of a checkout passes
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    listed = set(re.findall(r'"(minijinja_py[\w.]*)"',
+                            text.split("packages = [", 1)[1].split("]", 1)[0]))
+    folders = {".".join(init.parent.relative_to(ROOT).parts)
+               for init in (ROOT / "minijinja_py").rglob("__init__.py")}
+    assert folders - listed == set()

@@ -333,8 +333,17 @@ def test_an_input_nested_deeper_than_path_depth_is_named_by_its_ancestor(level, 
 
 def test_inputs_past_the_wrapping_limit_are_kept_as_they_are():
     # (the render's limit is 10,000,000 items: the walk itself, with a small one)
-    from minijinja_py.provenance import PStr, wrap_variables
+    from minijinja_py.provenance.origins import PStr, wrap_variables
 
     wrapped = wrap_variables({"a": ["x", "y", "z"]}, limit=3)  # a, x and y: three items
     assert [type(item) is PStr for item in wrapped["a"]] == [True, True, False]
     assert wrapped["a"] == ["x", "y", "z"]
+
+
+def test_the_result_classes_keep_their_module_path() -> None:
+    # provenance.py became the provenance/ folder; the results' classes stay where the API
+    # reference and users' imports found them
+    import minijinja_py as mj
+    from minijinja_py.provenance import Origin, ProvenanceResult, Run
+
+    assert (ProvenanceResult, Run, Origin) == (mj.ProvenanceResult, mj.Run, mj.Origin)

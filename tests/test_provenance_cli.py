@@ -18,7 +18,7 @@ from minijinja_py.chat import ChatTemplate
 from minijinja_py.chat.cli import EXAMPLE_MESSAGES, EXAMPLE_TOOLS
 from minijinja_py.chat.provenance_display import (MARKERS, mark, marker_collisions,
                                                   strip_colours, strip_markers)
-from minijinja_py.provenance import Origin, Run
+from minijinja_py.provenance.origins import Origin, Run
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "chatml.jinja"

@@ -50,7 +50,7 @@ from hypothesis import Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import minijinja_py as mj  # noqa: E402
-from minijinja_py import provenance  # noqa: E402
+from minijinja_py.provenance import origins as provenance  # noqa: E402
 from provenance_oracle import OracleReport, check  # noqa: E402
 from test_fuzz import _NOW, FUZZ_SETTINGS, _guard_process  # noqa: E402,F401  (autouse fixture)
 

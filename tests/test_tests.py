@@ -20,13 +20,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import _PassArg
 
 from minijinja_py.exceptions import TemplateRuntimeError
-from minijinja_py.filters import FILTERS
-from minijinja_py.markup import Markup
-from minijinja_py.runtime import (MISSING, BoundMethod, ChainableUndefined, Cycler, Joiner,
-                                  LazySequence, Macro, Namespace, StrictUndefined, Undefined,
-                                  wants_environment)
-from minijinja_py.sandbox import Sandbox
-from minijinja_py.tests import TESTS
+from minijinja_py.runtime.filters.common import FILTERS
+from minijinja_py.runtime.markup import Markup
+from minijinja_py.runtime.objects import (MISSING, BoundMethod, ChainableUndefined, Cycler,
+                                          Joiner, LazySequence, Macro, Namespace, StrictUndefined,
+                                          Undefined, wants_environment)
+from minijinja_py.runtime.sandbox import Sandbox
+from minijinja_py.runtime.tests import TESTS
 
 
 class StandInEnv:

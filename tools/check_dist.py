@@ -45,7 +45,7 @@ SDIST_REQUIRED = ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "MAN
                   "conformance/caselib.py", "conformance/cases", "conformance/expected",
                   "docs/index.md", "tools/check_docs_site.py", "benchmarks/bench.py")
 WHEEL_REQUIRED = ("minijinja_py/__init__.py", "minijinja_py/py.typed",
-                  "minijinja_py/_lalr_tables.py", "minijinja_py/_regex_programs.py",
+                  "minijinja_py/syntax/_lalr_tables.py", "minijinja_py/syntax/_regex_programs.py",
                   "minijinja_py/grammar/jinja.lark", "minijinja_py/chat/cli.py",
                   "minijinja_py/chat/dataset/run.py")
 PYTHON_RENDER = ("import minijinja_py as mj, sys; "

@@ -182,7 +182,7 @@ def check_reference(page: Page, report: Report) -> None:
     anchors = {element.attrs.get("id") for element in page.elements}
     for identifier in ("minijinja_py.chat.pipeline.ChatTemplate",
                        "minijinja_py.chat.pipeline.ChatTemplate.render",
-                       "minijinja_py.chat.pipeline.apply_chat_template"):
+                       "minijinja_py.chat.api.apply_chat_template"):
         report.check(page.name, identifier in anchors, f"an entry for {identifier}")
     signatures = page.find(cls="doc-signature")
     report.check(page.name, len(signatures) >= 5, f"signatures ({len(signatures)})")

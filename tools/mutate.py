@@ -18,7 +18,7 @@ It writes a report per module (``tools/MUTATION-REPORT.md`` by default) whose fi
 committed with the tests. It is slow (a test run per mutation) and runs outside CI::
 
     python tools/mutate.py                   # every mutation, then the report
-    python tools/mutate.py --only budget     # the mutations of budget.py (or: budget.3)
+    python tools/mutate.py --only guard.prices  # the mutations of guard/prices.py (or: guard.prices.3)
     python tools/mutate.py --list            # the table, nothing run
     python tools/mutate.py --report-only     # the report again, from the results file
 

@@ -98,424 +98,424 @@ def priced(path: str, expression: str) -> Tuple[str, ...]:
 
 # ==== the guard: limits.py ======================================================================
 _DEFAULTS = k(LIMITS, "plain and (defaults_are_documented or every_field)")
-M("limits.py", "max_range: int = 100_000,", "max_range: int = 1_000_000,", *_DEFAULTS)
-M("limits.py", "max_output_size: int = 200_000_000,", "max_output_size: int = 2_000_000_000,",
+M("guard/limits.py", "max_range: int = 100_000,", "max_range: int = 1_000_000,", *_DEFAULTS)
+M("guard/limits.py", "max_output_size: int = 200_000_000,", "max_output_size: int = 2_000_000_000,",
   *_DEFAULTS)
-M("limits.py", "max_string_size: int = 50_000_000,", "max_string_size: int = 500_000_000,",
+M("guard/limits.py", "max_string_size: int = 50_000_000,", "max_string_size: int = 500_000_000,",
   *_DEFAULTS)
-M("limits.py", "max_collection_size: int = 10_000_000,",
+M("guard/limits.py", "max_collection_size: int = 10_000_000,",
   "max_collection_size: int = 100_000_000,", *_DEFAULTS)
-M("limits.py", "max_int_digits: int = 4_300,", "max_int_digits: int = 43_000,", *_DEFAULTS)
-M("limits.py", "max_recursion: int = 100,", "max_recursion: int = 1000,", *_DEFAULTS)
-M("limits.py", "max_nesting: int = 128,", "max_nesting: int = 1280,", *_DEFAULTS)
-M("limits.py", "max_steps: int = 50_000_000,", "max_steps: int = 500_000_000,", *_DEFAULTS)
-M("limits.py", "max_source_size: int = 1_000_000,", "max_source_size: int = 10_000_000,",
+M("guard/limits.py", "max_int_digits: int = 4_300,", "max_int_digits: int = 43_000,", *_DEFAULTS)
+M("guard/limits.py", "max_recursion: int = 100,", "max_recursion: int = 1000,", *_DEFAULTS)
+M("guard/limits.py", "max_nesting: int = 128,", "max_nesting: int = 1280,", *_DEFAULTS)
+M("guard/limits.py", "max_steps: int = 50_000_000,", "max_steps: int = 500_000_000,", *_DEFAULTS)
+M("guard/limits.py", "max_source_size: int = 1_000_000,", "max_source_size: int = 10_000_000,",
   *_DEFAULTS)
-M("limits.py", "max_seconds: Optional[float] = 10.0)", "max_seconds: Optional[float] = 100.0)",
+M("guard/limits.py", "max_seconds: Optional[float] = 10.0)", "max_seconds: Optional[float] = 100.0)",
   *_DEFAULTS)
-M("limits.py", "if max_seconds is not None and not max_seconds > 0:",
+M("guard/limits.py", "if max_seconds is not None and not max_seconds > 0:",
   "if max_seconds is not None and not max_seconds >= 0:", DEADLINE + "::test_deadline_must_be_positive")
-M("limits.py", "f\"{detail} (limit Limits.{field}={getattr(self, field):,}; raise it with \"",
+M("guard/limits.py", "f\"{detail} (limit Limits.{field}={getattr(self, field):,}; raise it with \"",
   "f\"{detail} (limit Limits.{field}={getattr(self, field)}; raise it with \"",
   *k(LIMITS, "plain and message_says"))
-M("limits.py", "                             DeadlineExceededError)", "                             LimitExceededError)",
+M("guard/limits.py", "                             DeadlineExceededError)", "                             LimitExceededError)",
   DEADLINE + "::test_the_error_names_the_limit_and_how_to_raise_it")
-M("limits.py", "    if size > limits.max_string_size:", "    if size >= limits.max_string_size:",
+M("guard/limits.py", "    if size > limits.max_string_size:", "    if size >= limits.max_string_size:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "    if size > limits.max_collection_size:", "    if size >= limits.max_collection_size:",
+M("guard/limits.py", "    if size > limits.max_collection_size:", "    if size >= limits.max_collection_size:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "    if unit and count > 0:", "    if unit and count > 1:",
+M("guard/limits.py", "    if unit and count > 0:", "    if unit and count > 1:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "        charge(size >> 1)  # budget.ITEMS_SHIFT", "        charge(size >> 2)  # budget.ITEMS_SHIFT",
+M("guard/limits.py", "        charge(size >> 1)  # budget.ITEMS_SHIFT", "        charge(size >> 2)  # budget.ITEMS_SHIFT",
   PRICES)
-M("limits.py", "        charge(characters_cost(value))", "        charge(len(value) >> 1)",
+M("guard/limits.py", "        charge(characters_cost(value))", "        charge(len(value) >> 1)",
   PRICES)
-M("limits.py", "            if depth > deepest:", "            if depth > deepest + 1:",
+M("guard/limits.py", "            if depth > deepest:", "            if depth > deepest + 1:",
   *k(LIMITS, "plain and boundary"))
-M("limits.py", "            if reached > limits.max_collection_size:",
+M("guard/limits.py", "            if reached > limits.max_collection_size:",
   "            if reached >= limits.max_collection_size:", *k(LIMITS, "plain and boundary"))
-M("limits.py", "            reached += sum(len(item) * paths for item, paths in below.values())",
+M("guard/limits.py", "            reached += sum(len(item) * paths for item, paths in below.values())",
   "            reached += sum(len(item) for item, paths in below.values())",
   *k(LIMITS, "plain and (boundary or shared)"))
-M("limits.py", "    for value in kwargs.values():\n        if isinstance(value, tuple):",
+M("guard/limits.py", "    for value in kwargs.values():\n        if isinstance(value, tuple):",
   "    for value in ():\n        if isinstance(value, tuple):", *k(LIMITS, "plain and boundary"))
-M("limits.py", "PYTHON_RECURSION_LIMIT + 12 * max(0, extra_recursion)",
+M("guard/limits.py", "PYTHON_RECURSION_LIMIT + 12 * max(0, extra_recursion)",
   "PYTHON_RECURSION_LIMIT + 2 * max(0, extra_recursion)", *k(LIMITS, "plain and (raised or cut_short)"))
-M("limits.py", "        if deadline is not None and _monotonic() > deadline:",
+M("guard/limits.py", "        if deadline is not None and _monotonic() > deadline:",
   "        if deadline is not None and _monotonic() > deadline + 1:",
   PARSE + "::test_scanner_looks_at_the_deadline")
-M("limits.py", "                        hashing += paths * comparison_work(item)",
+M("guard/limits.py", "                        hashing += paths * comparison_work(item)",
   "                        hashing += comparison_work(item)", *priced(COLLIDE, "plain and looked-for"))
-M("limits.py", "    return render.limits if render is not None else DEFAULT_LIMITS",
+M("guard/limits.py", "    return render.limits if render is not None else DEFAULT_LIMITS",
   "    return DEFAULT_LIMITS", *k(LIMITS, "plain and (lowered or boundary)"))
 
-M("arith.py", "    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)",
+M("runtime/operators.py", "    if isinstance(result, int):  # (a provenance render's numbers are int subclasses)",
   "    if kind is int:", *k(LIMITS, "boundary"))
 
-# ==== the guard: budget.py ======================================================================
-M("budget.py", "CALL_STEPS = 30", "CALL_STEPS = 3", PRICES)
-M("budget.py", "    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS",
+# ==== the guard: guard/prices.py (and compiler/cost.py) ==========================================
+M("guard/prices.py", "CALL_STEPS = 30", "CALL_STEPS = 3", PRICES)
+M("guard/prices.py", "    return len(text) >> ITEMS_SHIFT if text.isascii() else len(text) * FRESH_ITEM_STEPS",
   "    return len(text) >> ITEMS_SHIFT", PRICES)
-M("budget.py", "        return total + _cost(tests) + max(_cost(branch) for branch in branches)",
+M("compiler/cost.py", "        return total + _cost(tests) + max(_cost(branch) for branch in branches)",
   "        return total + _cost(tests) + min(_cost(branch) for branch in branches)",
   PRICES)
-M("budget.py", "        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))",
+M("compiler/cost.py", "        return total + _cost(node.test) + max(_cost(node.expr1), _cost(node.expr2))",
   "        return total + _cost(node.test) + min(_cost(node.expr1), _cost(node.expr2))",
   PRICES)
-M("budget.py", "LOOP_STEPS = 2", "LOOP_STEPS = 1", PRICES)
-M("budget.py", "FILTERED_ITEM_STEPS = 5", "FILTERED_ITEM_STEPS = 1", PRICES)
-M("budget.py", "SLOW_LOOKUP_STEPS = 30", "SLOW_LOOKUP_STEPS = 3", PRICES)
-M("budget.py", "CHARS_SHIFT = 4", "CHARS_SHIFT = 5", PRICES)
-M("budget.py", "ITEMS_SHIFT = 1", "ITEMS_SHIFT = 2", PRICES)
-M("budget.py", "\"sort\": 10, \"dictsort\": 10,", "\"sort\": 1, \"dictsort\": 10,", PRICES)
-M("budget.py", "ITEM_STEPS = 30", "ITEM_STEPS = 3", PRICES)
-M("budget.py", "\"pop\": 0, \"append\": 0, \"sort\": 8,", "\"pop\": 0, \"append\": 0, \"sort\": 1,",
+M("guard/prices.py", "LOOP_STEPS = 2", "LOOP_STEPS = 1", PRICES)
+M("guard/prices.py", "FILTERED_ITEM_STEPS = 5", "FILTERED_ITEM_STEPS = 1", PRICES)
+M("guard/prices.py", "SLOW_LOOKUP_STEPS = 30", "SLOW_LOOKUP_STEPS = 3", PRICES)
+M("guard/prices.py", "CHARS_SHIFT = 4", "CHARS_SHIFT = 5", PRICES)
+M("guard/prices.py", "ITEMS_SHIFT = 1", "ITEMS_SHIFT = 2", PRICES)
+M("guard/prices.py", "\"sort\": 10, \"dictsort\": 10,", "\"sort\": 1, \"dictsort\": 10,", PRICES)
+M("guard/prices.py", "ITEM_STEPS = 30", "ITEM_STEPS = 3", PRICES)
+M("guard/prices.py", "\"pop\": 0, \"append\": 0, \"sort\": 8,", "\"pop\": 0, \"append\": 0, \"sort\": 1,",
   PRICES)
-M("budget.py", "FRESH_ITEM_STEPS = 5", "FRESH_ITEM_STEPS = 1", PRICES)
-M("budget.py", "PROVENANCE_STR_STEPS = 28", "PROVENANCE_STR_STEPS = 2", PRICES)
-M("budget.py", "PROVENANCE_RUN_STEPS = 11", "PROVENANCE_RUN_STEPS = 1", PRICES)
-M("budget.py", "PROVENANCE_PART_STEPS = 4", "PROVENANCE_PART_STEPS = 1", PRICES)
-M("budget.py", "n.Output: 4, n.Call: 5,", "n.Output: 1, n.Call: 5,", PRICES)
-M("budget.py", "    if isinstance(value, str):\n        return len(value) >> CHARS_SHIFT",
+M("guard/prices.py", "FRESH_ITEM_STEPS = 5", "FRESH_ITEM_STEPS = 1", PRICES)
+M("guard/prices.py", "PROVENANCE_STR_STEPS = 28", "PROVENANCE_STR_STEPS = 2", PRICES)
+M("guard/prices.py", "PROVENANCE_RUN_STEPS = 11", "PROVENANCE_RUN_STEPS = 1", PRICES)
+M("guard/prices.py", "PROVENANCE_PART_STEPS = 4", "PROVENANCE_PART_STEPS = 1", PRICES)
+M("compiler/cost.py", "n.Output: 4, n.Call: 5,", "n.Output: 1, n.Call: 5,", PRICES)
+M("guard/prices.py", "    if isinstance(value, str):\n        return len(value) >> CHARS_SHIFT",
   "    if isinstance(value, str):\n        return 0", PRICES)
-M("budget.py", "    if isinstance(value, _SIZED_CONTAINERS):\n        return len(value) >> ITEMS_SHIFT",
+M("guard/prices.py", "    if isinstance(value, _SIZED_CONTAINERS):\n        return len(value) >> ITEMS_SHIFT",
   "    if isinstance(value, _SIZED_CONTAINERS):\n        return 0", PRICES)
-M("budget.py", "_SELF_CHARGED = {n.For: (\"iter\",),", "_SELF_CHARGED = {n.For: (),",
+M("compiler/cost.py", "_SELF_CHARGED = {n.For: (\"iter\",),", "_SELF_CHARGED = {n.For: (),",
   PRICES)
-M("budget.py", "    \"reverse\": 1, \"string\": 0,", "    \"reverse\": 0, \"string\": 0,", PRICES)
+M("guard/prices.py", "    \"reverse\": 1, \"string\": 0,", "    \"reverse\": 0, \"string\": 0,", PRICES)
 
 # ==== the guard: deadline.py ====================================================================
 _DEADLINE = k(DEADLINE, "plain")
-M("deadline.py", "TICK = 0.05", "TICK = 2", *_DEADLINE)
-M("deadline.py", "                render.expire()\n", "                pass\n", *_DEADLINE)
-M("deadline.py", "IDLE_EXIT = 5.0", "IDLE_EXIT = 500.0", *_DEADLINE)
-M("deadline.py", "    elif seconds < TICK:\n        _wake_up()", "    elif seconds < TICK:\n        pass",
+M("guard/deadline.py", "TICK = 0.05", "TICK = 2", *_DEADLINE)
+M("guard/deadline.py", "                render.expire()\n", "                pass\n", *_DEADLINE)
+M("guard/deadline.py", "IDLE_EXIT = 5.0", "IDLE_EXIT = 500.0", *_DEADLINE)
+M("guard/deadline.py", "    elif seconds < TICK:\n        _wake_up()", "    elif seconds < TICK:\n        pass",
   *_DEADLINE)
-M("deadline.py", "            if now >= deadline:", "            if now > deadline:", *_DEADLINE,
+M("guard/deadline.py", "            if now >= deadline:", "            if now > deadline:", *_DEADLINE,
   equivalent="the watchdog meets a deadline equal to the clock's reading again at its next "
              "reading, nanoseconds later (the wait is zero: it does not sleep)")
-M("deadline.py", "    _running = False\n    _lock = _thread.allocate_lock()",
+M("guard/deadline.py", "    _running = False\n    _lock = _thread.allocate_lock()",
   "    _lock = _thread.allocate_lock()", *_DEADLINE)
-M("deadline.py", "            elif deadline < nearest:\n                nearest = deadline",
+M("guard/deadline.py", "            elif deadline < nearest:\n                nearest = deadline",
   "            elif deadline < nearest:\n                pass", *_DEADLINE)
-M("deadline.py", "                _active.pop(id(render), None)\n            elif",
+M("guard/deadline.py", "                _active.pop(id(render), None)\n            elif",
   "                pass\n            elif", *_DEADLINE)
 
-# ==== the sandbox: sandbox.py, runtime.py's host-method wrapper ================================
+# ==== the sandbox: runtime/sandbox.py, runtime/objects.py's host-method wrapper ==================
 _MARKED = k(ESCAPES, "plain and marked")
-M("sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
+M("runtime/sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
   "if getattr(function, \"unsafe_callable\", False):", *_MARKED)
-M("sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
+M("runtime/sandbox.py", "if getattr(function, \"unsafe_callable\", False) or getattr(function, \"alters_data\", False):",
   "if getattr(function, \"alters_data\", False):", *_MARKED)
-M("runtime.py", "        return getattr(self.method, \"alters_data\", False)", "        return False",
+M("runtime/objects.py", "        return getattr(self.method, \"alters_data\", False)", "        return False",
   *_MARKED)
-M("runtime.py", "        return getattr(self.method, \"unsafe_callable\", False)", "        return False",
+M("runtime/objects.py", "        return getattr(self.method, \"unsafe_callable\", False)", "        return False",
   *_MARKED)
-M("sandbox.py", "    if attribute.startswith(\"_\"):\n        return False",
+M("runtime/sandbox.py", "    if attribute.startswith(\"_\"):\n        return False",
   "    if attribute.startswith(\"__\"):\n        return False", *k(ESCAPES, "plain"))
-M("sandbox.py", "    if isinstance(obj, type) and attribute == \"mro\":",
+M("runtime/sandbox.py", "    if isinstance(obj, type) and attribute == \"mro\":",
   "    if isinstance(obj, type) and attribute == \"__mro__\":", *k(ESCAPES, "plain"))
-M("sandbox.py", "    if isinstance(obj, _UNSAFE_TYPES):\n        return False",
+M("runtime/sandbox.py", "    if isinstance(obj, _UNSAFE_TYPES):\n        return False",
   "    if isinstance(obj, _UNSAFE_TYPES):\n        return True", *k(ESCAPES, "plain"))
-M("sandbox.py", "        return attribute not in _UNSAFE_GENERATOR_ATTRIBUTES", "        return True",
+M("runtime/sandbox.py", "        return attribute not in _UNSAFE_GENERATOR_ATTRIBUTES", "        return True",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "    if isinstance(value, (types.ModuleType,)) or isinstance(obj, types.ModuleType):",
+M("runtime/sandbox.py", "    if isinstance(value, (types.ModuleType,)) or isinstance(obj, types.ModuleType):",
   "    if isinstance(obj, types.ModuleType):", *k(ESCAPES, "plain"))
-M("sandbox.py", "        if (self.immutable and isinstance(obj, _MUTABLE_BASES)",
+M("runtime/sandbox.py", "        if (self.immutable and isinstance(obj, _MUTABLE_BASES)",
   "        if (False and isinstance(obj, _MUTABLE_BASES)", *k(ESCAPES, "plain"),
   equivalent="a second line of defence: every name it refuses (methods.MUTATORS) is in the "
              "method tables, which answer first for every list, dict and set, subclasses "
              "included (a table missing a mutator would reach it)")
-M("sandbox.py", "                    if self.immutable:\n                        return unsafe_undefined",
+M("runtime/sandbox.py", "                    if self.immutable:\n                        return unsafe_undefined",
   "                    if False:\n                        return unsafe_undefined", *k(ESCAPES, "plain"))
-M("sandbox.py", "                    return RuntimeMethod(value, name, type(obj).__name__)",
+M("runtime/sandbox.py", "                    return RuntimeMethod(value, name, type(obj).__name__)",
   "                    return value", *k(ESCAPES, "plain"),
   equivalent="the engine's own methods carry no attribute without an underscore and print "
              "the same either way (their objects print no address): the wrapper guards "
              "against attributes a later change could add")
-M("sandbox.py", "            return HostMethod(value, name, type(obj).__name__)", "            return value",
+M("runtime/sandbox.py", "            return HostMethod(value, name, type(obj).__name__)", "            return value",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "        if type(obj) is dict and name not in _DICT_METHODS and name[:1] != \"_\":",
+M("runtime/sandbox.py", "        if type(obj) is dict and name not in _DICT_METHODS and name[:1] != \"_\":",
   "        if type(obj) is dict and name not in _DICT_METHODS:", *k(ESCAPES, "plain"))
-M("sandbox.py", "            # Jinja2: attributes every object has (`__class__`) are unsafe; other dunder",
+M("runtime/sandbox.py", "            # Jinja2: attributes every object has (`__class__`) are unsafe; other dunder",
   "            return MISSING  # (mutated)", *k(ESCAPES, "plain"))
-M("sandbox.py", "            if name[:1] == \"_\":\n                return unsafe_undefined(obj, name, self.undefined)\n            if isinstance(obj, (Namespace",
+M("runtime/sandbox.py", "            if name[:1] == \"_\":\n                return unsafe_undefined(obj, name, self.undefined)\n            if isinstance(obj, (Namespace",
   "            if name[:2] == \"__\":\n                return unsafe_undefined(obj, name, self.undefined)\n            if isinstance(obj, (Namespace",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "            check_lookup(key, obj)  # a key a template may aim (collisions.py)",
+M("runtime/sandbox.py", "            check_lookup(key, obj)  # a key a template may aim (collisions.py)",
   "            pass", PRICES)
-M("sandbox.py", "                return self._host_attribute(obj, name)\n            return MISSING",
+M("runtime/sandbox.py", "                return self._host_attribute(obj, name)\n            return MISSING",
   "                return getattr(obj, name, MISSING)\n            return MISSING", *k(ESCAPES, "plain"))
 
 # ==== the sandbox: methods.py ===================================================================
-M("methods.py", "        if isinstance(width, int):\n            check_string_size(width)\n        return method(",
+M("runtime/methods.py", "        if isinstance(width, int):\n            check_string_size(width)\n        return method(",
   "        if isinstance(width, int):\n            pass\n        return method(", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        if inserted > len(old):", "        if inserted > len(old) + 1:",
+M("runtime/methods.py", "        if inserted > len(old):", "        if inserted > len(old) + 1:",
   *k(LIMITS, "plain and boundary"))
-M("methods.py", "            check_string_size(len(value) + occurrences * (inserted - len(old)))",
+M("runtime/methods.py", "            check_string_size(len(value) + occurrences * (inserted - len(old)))",
   "            check_string_size(len(value) + occurrences)", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        check_string_size(len(value) * (len(items) - 1) + size)",
+M("runtime/methods.py", "        check_string_size(len(value) * (len(items) - 1) + size)",
   "        check_string_size(size)", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        charge(len(items) >> 2)\n    return value.join(items)",
+M("runtime/methods.py", "        charge(len(items) >> 2)\n    return value.join(items)",
   "        charge(len(items) >> 4)\n    return value.join(items)", *priced(BUILTINS, "plain and pays"))
-M("methods.py", "        check_collection_size(len(value) + len(iterable))",
+M("runtime/methods.py", "        check_collection_size(len(value) + len(iterable))",
   "        check_collection_size(len(iterable))", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        check_string_size(len(value) + value.count(\"\\t\") * (max(tabsize, 1) - 1))",
+M("runtime/methods.py", "        check_string_size(len(value) + value.count(\"\\t\") * (max(tabsize, 1) - 1))",
   "        check_string_size(len(value) + value.count(\"\\t\"))", *k(LIMITS, "plain and boundary"))
-M("methods.py", "    if len(spec) < 4:\n        return", "    if len(spec) < 12:\n        return",
+M("runtime/methods.py", "    if len(spec) < 4:\n        return", "    if len(spec) < 12:\n        return",
   *k(LIMITS, "plain and format-width"))
-M("methods.py", "FORMAT_FIELD_STEPS = 25", "FORMAT_FIELD_STEPS = 2", *priced(BUILTINS, "plain and pays"))
-M("methods.py", "        check_repeat_size(max(longest, 1), len(value))",
+M("runtime/methods.py", "FORMAT_FIELD_STEPS = 25", "FORMAT_FIELD_STEPS = 2", *priced(BUILTINS, "plain and pays"))
+M("runtime/methods.py", "        check_repeat_size(max(longest, 1), len(value))",
   "        check_repeat_size(1, len(value))", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        if len(items) * 2.41 > limits.max_int_digits:",
+M("runtime/methods.py", "        if len(items) * 2.41 > limits.max_int_digits:",
   "        if len(items) * 0.241 > limits.max_int_digits:", *k(LIMITS, "plain and boundary"))
-M("methods.py", "        check_comparable(args[0], max(len(owner), 1))", "        check_comparable(args[0], 1)",
+M("runtime/methods.py", "        check_comparable(args[0], max(len(owner), 1))", "        check_comparable(args[0], 1)",
   PRICES)
-M("methods.py", "        check_comparable(owner, max(len(owner).bit_length(), 1))",
+M("runtime/methods.py", "        check_comparable(owner, max(len(owner).bit_length(), 1))",
   "        check_comparable(owner, 1)", PRICES)
-M("methods.py", "    list: frozenset({\"append\", \"extend\",", "    list: frozenset({\"extend\",",
+M("runtime/methods.py", "    list: frozenset({\"append\", \"extend\",", "    list: frozenset({\"extend\",",
   *k(ESCAPES, "plain and mutator"))
-M("methods.py", "    dict: frozenset({\"update\", \"pop\", \"popitem\", \"setdefault\", \"clear\"}),",
+M("runtime/methods.py", "    dict: frozenset({\"update\", \"pop\", \"popitem\", \"setdefault\", \"clear\"}),",
   "    dict: frozenset({\"update\", \"pop\", \"popitem\", \"clear\"}),", *k(ESCAPES, "plain and mutator"))
-M("methods.py", "    raise SecurityError(f\"str.encode is not available (codec {codec!r}): bytes are not \"",
+M("runtime/methods.py", "    raise SecurityError(f\"str.encode is not available (codec {codec!r}): bytes are not \"",
   "    return value\n    raise SecurityError(f\"str.encode is not available (codec {codec!r}): bytes are not \"",
   *k(BUILTINS, "plain and encode"))
-M("methods.py", "            obj = (self.sandbox.getattr(obj, key) if is_attr",
+M("runtime/methods.py", "            obj = (self.sandbox.getattr(obj, key) if is_attr",
   "            obj = (getattr(obj, key) if is_attr", *k(ESCAPES, "plain"))
-M("methods.py", "                check_string_size(self.built + _escaped_size(",
+M("runtime/methods.py", "                check_string_size(self.built + _escaped_size(",
   "                check_string_size(self.built + len(value) + 0 * _escaped_size(",
   *k(BUILTINS, "plain and (printed_form or before_it_is_built)"))
-M("methods.py", "                result = escape(result)  # refuses an escaped piece over the limit itself",
+M("runtime/methods.py", "                result = escape(result)  # refuses an escaped piece over the limit itself",
   "                pass", *k(BUILTINS, "plain and (printed_form or ordinary)"))
-M("methods.py", "    raise SecurityError(\"int.to_bytes is not available: bytes are not template values\")",
+M("runtime/methods.py", "    raise SecurityError(\"int.to_bytes is not available: bytes are not template values\")",
   "    return b\"\"", *k(ESCAPES, "plain"))
-M("methods.py", "        if len(_TABLE_OF_CLASS) < 1000:", "        if True:", *k(ESCAPES, "plain"),
+M("runtime/methods.py", "        if len(_TABLE_OF_CLASS) < 1000:", "        if True:", *k(ESCAPES, "plain"),
   equivalent="the table only grows with host classes a template meets; a test would need "
              "a thousand host classes to tell (memory, not behaviour)")
 
 # ==== compiler.py (the recursion bound of macro calls) =========================================
-M("compiler.py", "            if ctx.depth > ctx.limits.max_recursion:",
+M("compiler/closures.py", "            if ctx.depth > ctx.limits.max_recursion:",
   "            if ctx.depth > ctx.limits.max_recursion + 1:", *k(LIMITS, "plain and (boundary or recursion)"))
-M("compiler.py", "        if self.depth > self.limits.max_recursion:",
+M("compiler/closures.py", "        if self.depth > self.limits.max_recursion:",
   "        if self.depth > self.limits.max_recursion + 1:", *k(LIMITS, "plain and (boundary or recursion)"))
 
-# ==== filters that allocate: filters.py, filters_more.py ========================================
+# ==== filters that allocate: runtime/filters/common.py, rare.py ==================================
 _BOUNDARY = k(LIMITS, "plain and boundary")
-M("filters.py", "        if total > limit:\n            check_string_size(total)\n        pieces.append(piece)",
+M("runtime/filters/common.py", "        if total > limit:\n            check_string_size(total)\n        pieces.append(piece)",
   "        if total > limit * 2:\n            check_string_size(total)\n        pieces.append(piece)",
   *_BOUNDARY)
-M("filters.py", "    charge(len(pieces) * 2)  # Python code ran for each item",
+M("runtime/filters/common.py", "    charge(len(pieces) * 2)  # Python code ran for each item",
   "    charge(len(pieces) >> 2)  # Python code ran for each item", *priced(BUILTINS, "plain and pays"))
-M("filters.py", "        check_string_size(len(text) + found * (len(replacement) - len(old)))",
+M("runtime/filters/common.py", "        check_string_size(len(text) + found * (len(replacement) - len(old)))",
   "        check_string_size(len(text))", *_BOUNDARY)
-M("filters.py", "        if count >= 0:\n            found = min(found, count)",
+M("runtime/filters/common.py", "        if count >= 0:\n            found = min(found, count)",
   "        if count >= 0:\n            pass", *_BOUNDARY)
-M("filters.py", "    if isinstance(value, str):\n        check_collection_size(len(value))\n    return list(value)",
+M("runtime/filters/common.py", "    if isinstance(value, str):\n        check_collection_size(len(value))\n    return list(value)",
   "    if isinstance(value, str):\n        pass\n    return list(value)", *_BOUNDARY)
-M("filters.py", "        elif isinstance(indent, int):\n            check_string_size(indent)",
+M("runtime/filters/common.py", "        elif isinstance(indent, int):\n            check_string_size(indent)",
   "        elif isinstance(indent, int):\n            pass", *k(LIMITS, "plain and (boundary or indent)"))
-M("filters.py", "    charge(size >> 2)\n    return tree", "    charge(size >> 6)\n    return tree",
+M("runtime/filters/common.py", "    charge(size >> 2)\n    return tree", "    charge(size >> 6)\n    return tree",
   PRICES)
-M("filters.py", "        if depth > max_depth:\n            raise limits.exceeded(\"max_recursion\", f\"data nested too deeply for {what}\")",
+M("runtime/filters/common.py", "        if depth > max_depth:\n            raise limits.exceeded(\"max_recursion\", f\"data nested too deeply for {what}\")",
   "        if depth > max_depth + 1:\n            raise limits.exceeded(\"max_recursion\", f\"data nested too deeply for {what}\")",
   *_BOUNDARY)
-M("filters.py", "    charge(len(pieces) * TITLE_PIECE_STEPS)", "    charge(len(pieces))",
+M("runtime/filters/common.py", "    charge(len(pieces) * TITLE_PIECE_STEPS)", "    charge(len(pieces))",
   *priced(BUILTINS, "plain and pays"))
-M("filters.py", "        if total > max_size:\n            raise limits.exceeded(\"max_string_size\",",
+M("runtime/filters/common.py", "        if total > max_size:\n            raise limits.exceeded(\"max_string_size\",",
   "        if total > max_size * 2:\n            raise limits.exceeded(\"max_string_size\",",
   *_BOUNDARY,
   equivalent="since filters.13's check every caller compares the estimate's total with "
              "max_string_size itself (str() and tojson, pprint and printf by check_string_size): "
              "the walk stops at the same item (its loop's own early stop is unchanged) and the "
              "same limit refuses, only pprint's and printf's messages are worded differently")
-M("filters_more.py", "    if isinstance(width, int) and width > len(text):\n        check_string_size(width)",
+M("runtime/filters/rare.py", "    if isinstance(width, int) and width > len(text):\n        check_string_size(width)",
   "    if isinstance(width, int) and width > len(text) + 100:\n        check_string_size(width)",
   *_BOUNDARY)
-M("filters_more.py", "        if isinstance(width, int):\n            check_string_size(width)\n        pad = \" \" * width",
+M("runtime/filters/rare.py", "        if isinstance(width, int):\n            check_string_size(width)\n        pad = \" \" * width",
   "        if isinstance(width, int):\n            pass\n        pad = \" \" * width",
   *k(LIMITS, "plain and (boundary or indent)"))
-M("filters_more.py", "        check_string_size(len(s) - 1 + len(pad) * len(lines))",
+M("runtime/filters/rare.py", "        check_string_size(len(s) - 1 + len(pad) * len(lines))",
   "        check_string_size(len(s) - 1 + len(pad))", *_BOUNDARY)
-M("filters_more.py", "    charge(len(lines) * 3)  # a Python step per line", "    charge(len(lines))  # a Python step per line",
+M("runtime/filters/rare.py", "    charge(len(lines) * 3)  # a Python step per line", "    charge(len(lines))  # a Python step per line",
   *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "WORD_STEPS = 3", "WORD_STEPS = 1", *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "                if isinstance(linecount, int):\n                    check_collection_size(linecount)",
+M("runtime/filters/rare.py", "WORD_STEPS = 3", "WORD_STEPS = 1", *priced(BUILTINS, "plain and pays"))
+M("runtime/filters/rare.py", "                if isinstance(linecount, int):\n                    check_collection_size(linecount)",
   "                if isinstance(linecount, int):\n                    pass", *_BOUNDARY)
-M("filters_more.py", "            check_collection_size(slices)\n            charge(slices * 12)",
+M("runtime/filters/rare.py", "            check_collection_size(slices)\n            charge(slices * 12)",
   "            pass\n            charge(slices * 12)", *_BOUNDARY)
-M("filters_more.py", "            charge(slices * 12)  # a new list per column", "            charge(slices)  # a new list per column",
+M("runtime/filters/rare.py", "            charge(slices * 12)  # a new list per column", "            charge(slices)  # a new list per column",
   *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "            check_collection_size(len(total) + len(item))",
+M("runtime/filters/rare.py", "            check_collection_size(len(total) + len(item))",
   "            check_collection_size(len(item))", *_BOUNDARY)
-M("filters_more.py", "            if work > limits.max_steps:", "            if work > limits.max_steps * 100:",
+M("runtime/filters/rare.py", "            if work > limits.max_steps:", "            if work > limits.max_steps * 100:",
   *_BOUNDARY)
-M("filters_more.py", "    check_string_size(size)\n    charge(size)\n    try:\n        text = _pprint.pformat(value)",
+M("runtime/filters/rare.py", "    check_string_size(size)\n    charge(size)\n    try:\n        text = _pprint.pformat(value)",
   "    charge(size)\n    try:\n        text = _pprint.pformat(value)", *_BOUNDARY)
-M("filters_more.py", "    charge(fields * PRINTF_FIELD_STEPS)", "    charge(fields)", *priced(BUILTINS, "plain and pays"))
-M("filters_more.py", "        check_string_size(sum(len(line) for lines in paragraphs for line in lines)\n                          + separators * len(wrapstring))",
+M("runtime/filters/rare.py", "    charge(fields * PRINTF_FIELD_STEPS)", "    charge(fields)", *priced(BUILTINS, "plain and pays"))
+M("runtime/filters/rare.py", "        check_string_size(sum(len(line) for lines in paragraphs for line in lines)\n                          + separators * len(wrapstring))",
   "        check_string_size(sum(len(line) for lines in paragraphs for line in lines))", *_BOUNDARY)
-M("filters_more.py", "                    total += int(part) if len(part) < 12 else 10 ** 12",
+M("runtime/filters/rare.py", "                    total += int(part) if len(part) < 12 else 10 ** 12",
   "                    total += int(part) if len(part) < 6 else 0", *_BOUNDARY)
 
 # ==== collisions.py =============================================================================
 _COLLIDE_HOSTILE = k(COLLIDE, "plain and hostile")
 _COLLIDE_QUICK = k(COLLIDE, "plain and not hostile")
-M("collisions.py", "PROBES_SHIFT = 3", "PROBES_SHIFT = 6", *priced(COLLIDE, "plain"))
-M("collisions.py", "SINGLE_CALL_SHIFT = 4", "SINGLE_CALL_SHIFT = 1", *priced(COLLIDE, "plain"))
-M("collisions.py", "COLLIDING_BITS = 61", "COLLIDING_BITS = 62", *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "        flags = _NUMBER | _COLLIDING if bits >= COLLIDING_BITS else _NUMBER\n        return flags, 1 + (bits >> INT_BITS_SHIFT)",
+M("guard/collisions.py", "PROBES_SHIFT = 3", "PROBES_SHIFT = 6", *priced(COLLIDE, "plain"))
+M("guard/collisions.py", "SINGLE_CALL_SHIFT = 4", "SINGLE_CALL_SHIFT = 1", *priced(COLLIDE, "plain"))
+M("guard/collisions.py", "COLLIDING_BITS = 61", "COLLIDING_BITS = 62", *priced(COLLIDE, "plain and not hostile"))
+M("guard/collisions.py", "        flags = _NUMBER | _COLLIDING if bits >= COLLIDING_BITS else _NUMBER\n        return flags, 1 + (bits >> INT_BITS_SHIFT)",
   "        flags = _NUMBER\n        return flags, 1 + (bits >> INT_BITS_SHIFT)", *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "    if isinstance(key, float):\n        return _NUMBER, 1", "    if isinstance(key, float):\n        return 0, 1",
+M("guard/collisions.py", "    if isinstance(key, float):\n        return _NUMBER, 1", "    if isinstance(key, float):\n        return 0, 1",
   *priced(COLLIDE, "plain"))
-M("collisions.py", "        if len(items) > 1:\n            flags |= _COLLIDING", "        if len(items) > 2:\n            flags |= _COLLIDING",
+M("guard/collisions.py", "        if len(items) > 1:\n            flags |= _COLLIDING", "        if len(items) > 2:\n            flags |= _COLLIDING",
   *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "    if kind is range:  # hashed as the tuple (length, start, step): solvable, as ints are\n        return _classify_tuple((key.start, key.stop, key.step), memo)\n    return 0, 1",
+M("guard/collisions.py", "    if kind is range:  # hashed as the tuple (length, start, step): solvable, as ints are\n        return _classify_tuple((key.start, key.stop, key.step), memo)\n    return 0, 1",
   "    return 0, 1", *priced(COLLIDE, "plain and not hostile"))
-M("collisions.py", "        if -_LIGHT_INT < lowest and highest < _LIGHT_INT:\n            if not salted:\n                return count, count, count",
+M("guard/collisions.py", "        if -_LIGHT_INT < lowest and highest < _LIGHT_INT:\n            if not salted:\n                return count, count, count",
   "        if -_LIGHT_INT < lowest and highest < _LIGHT_INT:\n            if not salted:\n                return count, 0, 0",
   *priced(COLLIDE, "plain"))
-M("collisions.py", "        return (count, 0, 0) if salted else (count, count, count)",
+M("guard/collisions.py", "        return (count, 0, 0) if salted else (count, count, count)",
   "        return (count, 0, 0)", *priced(COLLIDE, "plain"))
-M("collisions.py", "    if steps > ceiling:\n        raise current_limits().exceeded(",
+M("guard/collisions.py", "    if steps > ceiling:\n        raise current_limits().exceeded(",
   "    if steps > ceiling * 16:\n        raise current_limits().exceeded(", *priced(COLLIDE, "plain"))
-M("collisions.py", "    work = weight + steered_weight * (held + steered) if steered else weight",
+M("guard/collisions.py", "    work = weight + steered_weight * (held + steered) if steered else weight",
   "    work = weight + steered_weight if steered else weight", *priced(COLLIDE, "plain"))
-M("collisions.py", "    if probes <= UNSALTED_PROBES:", "    if True:",
+M("guard/collisions.py", "    if probes <= UNSALTED_PROBES:", "    if True:",
   *priced(COLLIDE, "plain and (unique or ordinary)"))
-M("collisions.py", "            return (weight * (1 + len(table))) >> PROBES_SHIFT",
+M("guard/collisions.py", "            return (weight * (1 + len(table))) >> PROBES_SHIFT",
   "            return weight >> PROBES_SHIFT", *priced(COLLIDE, "plain"))
-M("collisions.py", "    _settle(count * (1 + len(table)),", "    _settle(count,", *priced(COLLIDE, "plain and translate"))
-M("collisions.py", "            work += weight + steered_weight * (len(other) + steered)",
+M("guard/collisions.py", "    _settle(count * (1 + len(table)),", "    _settle(count,", *priced(COLLIDE, "plain and translate"))
+M("guard/collisions.py", "            work += weight + steered_weight * (len(other) + steered)",
   "            work += weight", *priced(COLLIDE, "plain and set"))
-M("collisions.py", "    partner = 2 * len(table)", "    partner = 0", *priced(COLLIDE, "plain"))
-M("collisions.py", "    check_table(_pair_keys(pairs), held, what)\n    return pairs",
+M("guard/collisions.py", "    partner = 2 * len(table)", "    partner = 0", *priced(COLLIDE, "plain"))
+M("guard/collisions.py", "    check_table(_pair_keys(pairs), held, what)\n    return pairs",
   "    return pairs", *priced(COLLIDE, "plain and pairs"))
-M("collisions.py", "    check_table(keys, 0, \"dict.fromkeys()\")", "    pass", *priced(COLLIDE, "plain and fromkeys"))
-M("collisions.py", "            total += weight + steered_weight * steered if steered else 0",
+M("guard/collisions.py", "    check_table(keys, 0, \"dict.fromkeys()\")", "    pass", *priced(COLLIDE, "plain and fromkeys"))
+M("guard/collisions.py", "            total += weight + steered_weight * steered if steered else 0",
   "            total += weight", *priced(COLLIDE, "plain and literal"))
-M("collisions.py", "    return not steered or (weight + steered_weight * steered) >> PROBES_SHIFT <= _ceiling()",
+M("guard/collisions.py", "    return not steered or (weight + steered_weight * steered) >> PROBES_SHIFT <= _ceiling()",
   "    return True", *priced(COLLIDE, "plain and literal"))
-M("collisions.py", "        args = (dict_source(args[0], len(owner), \"dict.update()\"),) + tuple(args[1:])",
+M("guard/collisions.py", "        args = (dict_source(args[0], len(owner), \"dict.update()\"),) + tuple(args[1:])",
   "        pass", *priced(COLLIDE, "plain and update"))
-M("collisions.py", "    if name in (\"add\", \"remove\", \"discard\"):\n        if args:\n            check_lookup(args[0], owner)",
+M("guard/collisions.py", "    if name in (\"add\", \"remove\", \"discard\"):\n        if args:\n            check_lookup(args[0], owner)",
   "    if name in (\"add\", \"remove\", \"discard\"):\n        if args:\n            pass",
   *priced(COLLIDE, "plain"))
-M("collisions.py", "    if name in (\"get\", \"pop\", \"setdefault\", \"__contains__\", \"__getitem__\"):\n        if args:\n            check_lookup(args[0], owner)",
+M("guard/collisions.py", "    if name in (\"get\", \"pop\", \"setdefault\", \"__contains__\", \"__getitem__\"):\n        if args:\n            check_lookup(args[0], owner)",
   "    if name in (\"get\", \"pop\", \"setdefault\", \"__contains__\", \"__getitem__\"):\n        if args:\n            pass",
   *priced(COLLIDE, "plain and (get or setdefault)"))
-M("collisions.py", "STR_HASH_SECRET = os.environ.get(\"PYTHONHASHSEED\", \"random\") == \"random\"",
+M("guard/collisions.py", "STR_HASH_SECRET = os.environ.get(\"PYTHONHASHSEED\", \"random\") == \"random\"",
   "STR_HASH_SECRET = True", *priced(COLLIDE, "plain"))
-M("collisions.py", "            if steered_weight * (held + steered) > ceiling:\n                    break",
+M("guard/collisions.py", "            if steered_weight * (held + steered) > ceiling:\n                    break",
   "            if False:\n                    break", *priced(COLLIDE, "plain"),
   equivalent="the early stop only saves the census's time: its caller refuses the work "
              "either way (the counted part alone is already over the ceiling)")
 
-# ==== the parse cache: diskcache.py =============================================================
+# ==== the parse cache: syntax/parse_cache.py =====================================================
 DISKCACHE = "tests/test_diskcache.py"
-M("diskcache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return [read(each, budget) for each in item]",
+M("syntax/parse_cache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return [read(each, budget) for each in item]",
   "        return [read(each, budget) for each in item]", DISKCACHE)
-M("diskcache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return build(item, budget)",
+M("syntax/parse_cache.py", "        budget[0] -= len(item)\n        if budget[0] < 0:\n            raise _TooLarge()\n        return build(item, budget)",
   "        return build(item, budget)", DISKCACHE)
-M("diskcache.py", "        if type(item) not in allowed:\n            raise _NotParsed()", "        if False:\n            raise _NotParsed()",
+M("syntax/parse_cache.py", "        if type(item) not in allowed:\n            raise _NotParsed()", "        if False:\n            raise _NotParsed()",
   DISKCACHE)
-M("diskcache.py", "        if type(item) is not str or item not in words:", "        if type(item) is not str:",
+M("syntax/parse_cache.py", "        if type(item) is not str or item not in words:", "        if type(item) is not str:",
   DISKCACHE)
-M("diskcache.py", "            if type(value) not in types or type(lineno) is not int or type(column) is not int:",
+M("syntax/parse_cache.py", "            if type(value) not in types or type(lineno) is not int or type(column) is not int:",
   "            if type(value) not in types:", DISKCACHE)
-M("diskcache.py", "        if type(item) is tuple and item[0] not in allowed:", "        if False:",
+M("syntax/parse_cache.py", "        if type(item) is tuple and item[0] not in allowed:", "        if False:",
   DISKCACHE)
-M("diskcache.py", "        if type(marker) is not int or marker != _TUPLE:", "        if type(marker) is not int:",
+M("syntax/parse_cache.py", "        if type(marker) is not int or marker != _TUPLE:", "        if type(marker) is not int:",
   DISKCACHE)
-M("diskcache.py", "        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):\n            return None",
+M("syntax/parse_cache.py", "        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):\n            return None",
   "        if len(marshal.dumps(entry, MARSHAL_VERSION)) != len(payload):\n            pass", DISKCACHE)
-M("diskcache.py", "        if digest is not None and entry[1] != digest:\n            return None",
+M("syntax/parse_cache.py", "        if digest is not None and entry[1] != digest:\n            return None",
   "        if digest is not None and entry[1] != digest:\n            pass", DISKCACHE)
-M("diskcache.py", "    if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):",
+M("syntax/parse_cache.py", "    if len(data) <= _HEADER or data[:_HEADER] != payload_checksum(memoryview(data)[_HEADER:]):",
   "    if len(data) <= _HEADER:", DISKCACHE)
-M("diskcache.py", "    return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)", "    return not info.st_mode & stat.S_IWOTH",
+M("syntax/parse_cache.py", "    return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)", "    return not info.st_mode & stat.S_IWOTH",
   DISKCACHE)
-M("diskcache.py", "    if getuid is not None and info.st_uid != getuid():", "    if False:", DISKCACHE,
+M("syntax/parse_cache.py", "    if getuid is not None and info.st_uid != getuid():", "    if False:", DISKCACHE,
   equivalent="every file the tests can make is owned by the user running them (another owner "
              "needs root)")
-M("diskcache.py", "not _private(info) or info.st_size > cap:", "not _private(info) or info.st_size > 2 * cap:",
+M("syntax/parse_cache.py", "not _private(info) or info.st_size > cap:", "not _private(info) or info.st_size > 2 * cap:",
   DISKCACHE, equivalent="the read that follows takes at most cap + 1 bytes and refuses more "
                         "(the same miss, a read later)")
-M("diskcache.py", "SIZE_PER_CHARACTER = 48", "SIZE_PER_CHARACTER = 480", DISKCACHE)
-M("diskcache.py", "MAX_STORED_SOURCE = 256_000", "MAX_STORED_SOURCE = 2_560_000", DISKCACHE)
-M("diskcache.py", "MAX_CACHE_ENTRIES = 4096", "MAX_CACHE_ENTRIES = 40960", DISKCACHE)
-M("diskcache.py", "MAX_CACHE_BYTES = 64 * 2 ** 20", "MAX_CACHE_BYTES = 640 * 2 ** 20", DISKCACHE)
-M("diskcache.py", "        if count <= MAX_CACHE_ENTRIES * 3 // 4 and total <= MAX_CACHE_BYTES * 3 // 4:",
+M("syntax/parse_cache.py", "SIZE_PER_CHARACTER = 48", "SIZE_PER_CHARACTER = 480", DISKCACHE)
+M("syntax/parse_cache.py", "MAX_STORED_SOURCE = 256_000", "MAX_STORED_SOURCE = 2_560_000", DISKCACHE)
+M("syntax/parse_cache.py", "MAX_CACHE_ENTRIES = 4096", "MAX_CACHE_ENTRIES = 40960", DISKCACHE)
+M("syntax/parse_cache.py", "MAX_CACHE_BYTES = 64 * 2 ** 20", "MAX_CACHE_BYTES = 640 * 2 ** 20", DISKCACHE)
+M("syntax/parse_cache.py", "        if count <= MAX_CACHE_ENTRIES * 3 // 4 and total <= MAX_CACHE_BYTES * 3 // 4:",
   "        if count <= MAX_CACHE_ENTRIES * 1 // 2 and total <= MAX_CACHE_BYTES * 3 // 4:", DISKCACHE)
-M("diskcache.py", "                elif info.st_mtime < stale and _remove(item.path):",
+M("syntax/parse_cache.py", "                elif info.st_mtime < stale and _remove(item.path):",
   "                elif _remove(item.path):", DISKCACHE)
-M("diskcache.py", "                if not stat.S_ISREG(info.st_mode) or not _private(info):\n                    continue",
+M("syntax/parse_cache.py", "                if not stat.S_ISREG(info.st_mode) or not _private(info):\n                    continue",
   "                if not stat.S_ISREG(info.st_mode):\n                    continue", DISKCACHE)
-M("diskcache.py", "                if not temporary and _parse_key(name) is None:\n                    continue  # not ours",
+M("syntax/parse_cache.py", "                if not temporary and _parse_key(name) is None:\n                    continue  # not ours",
   "                if False:\n                    continue  # not ours", DISKCACHE)
-M("diskcache.py", "PRUNE_ONE_IN = 32", "PRUNE_ONE_IN = 2", DISKCACHE)
-M("diskcache.py", "        if len(data) > size_cap(source_length):\n            return  # load() would refuse it",
+M("syntax/parse_cache.py", "PRUNE_ONE_IN = 32", "PRUNE_ONE_IN = 2", DISKCACHE)
+M("syntax/parse_cache.py", "        if len(data) > size_cap(source_length):\n            return  # load() would refuse it",
   "        if False:\n            return  # load() would refuse it", DISKCACHE)
-M("diskcache.py", "STALE_TEMPORARY = 3600", "STALE_TEMPORARY = 60", DISKCACHE)
-M("diskcache.py", "    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit() or not length.isascii():",
+M("syntax/parse_cache.py", "STALE_TEMPORARY = 3600", "STALE_TEMPORARY = 60", DISKCACHE)
+M("syntax/parse_cache.py", "    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit() or not length.isascii():",
   "    if len(digest) != 2 * _DIGEST_SIZE or not length.isdigit():", DISKCACHE)
-M("diskcache.py", "    if template is not None and _now() - info.st_mtime > TOUCH_AFTER:",
+M("syntax/parse_cache.py", "    if template is not None and _now() - info.st_mtime > TOUCH_AFTER:",
   "    if template is not None and _now() - info.st_mtime > TOUCH_AFTER * 1000:", DISKCACHE)
-M("diskcache.py", "        fd = os.open(path, os.O_RDONLY | getattr(os, \"O_NOFOLLOW\", 0))",
+M("syntax/parse_cache.py", "        fd = os.open(path, os.O_RDONLY | getattr(os, \"O_NOFOLLOW\", 0))",
   "        fd = os.open(path, os.O_RDONLY)", DISKCACHE)
-M("diskcache.py", "        os.makedirs(directory, mode=0o700, exist_ok=True)", "        os.makedirs(directory, mode=0o777, exist_ok=True)",
+M("syntax/parse_cache.py", "        os.makedirs(directory, mode=0o700, exist_ok=True)", "        os.makedirs(directory, mode=0o777, exist_ok=True)",
   DISKCACHE)
 
 # ==== provenance.py =============================================================================
 PROVENANCE = "tests/test_provenance.py"
-M("provenance.py", "            if template is None:\n                template = source",
+M("provenance/origins.py", "            if template is None:\n                template = source",
   "            if True:\n                template = source", *k(PROVENANCE, "not corpus"))
-M("provenance.py", "_FREE_RUNS = 16", "_FREE_RUNS = 1600", PRICES)
-M("provenance.py", "    charge(records * PROVENANCE_STR_STEPS + runs * PROVENANCE_RUN_STEPS)",
+M("provenance/origins.py", "_FREE_RUNS = 16", "_FREE_RUNS = 1600", PRICES)
+M("provenance/origins.py", "    charge(records * PROVENANCE_STR_STEPS + runs * PROVENANCE_RUN_STEPS)",
   "    charge(records * PROVENANCE_STR_STEPS)", *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "    if count * len(runs) > _FREE_RUNS:\n        _pay(0, count * len(runs))",
+M("provenance/origins.py", "    if count * len(runs) > _FREE_RUNS:\n        _pay(0, count * len(runs))",
   "    if count * len(runs) > _FREE_RUNS:\n        pass", *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "        _pay(sum(end - start for start, end, _, offset in self._runs if offset >= 0), 0)",
+M("provenance/origins.py", "        _pay(sum(end - start for start, end, _, offset in self._runs if offset >= 0), 0)",
   "        pass", *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "        _pay(len(pieces), 0)\n        own = self._runs", "        own = self._runs",
+M("provenance/origins.py", "        _pay(len(pieces), 0)\n        own = self._runs", "        own = self._runs",
   *priced(PROV_BOUNDED, "plain"))
-M("provenance.py", "    charge(PROVENANCE_STR_STEPS + (_parts_price(len(pieces)) if not paid else 0))",
+M("provenance/origins.py", "    charge(PROVENANCE_STR_STEPS + (_parts_price(len(pieces)) if not paid else 0))",
   "    charge(PROVENANCE_STR_STEPS)", PRICES)
-M("provenance.py", "PATH_DEPTH = 64", "PATH_DEPTH = 6400", *k(PROVENANCE, "not corpus"))
-M("provenance.py", "        return [(0, length * count, source, offset if count == 1 else -1)]",
+M("provenance/origins.py", "PATH_DEPTH = 64", "PATH_DEPTH = 6400", *k(PROVENANCE, "not corpus"))
+M("provenance/origins.py", "        return [(0, length * count, source, offset if count == 1 else -1)]",
   "        return [(0, length * count, source, offset)]", *k(PROVENANCE, "not corpus"))
-M("provenance.py", "                    shared[text, source] = char\n                    _pay(1, 0)",
+M("provenance/origins.py", "                    shared[text, source] = char\n                    _pay(1, 0)",
   "                    shared[text, source] = char", PRICES)
-M("provenance.py", "    if not text:\n        return _EMPTY\n    _pay(1, 0 if paid or len(runs) <= _FREE_RUNS else len(runs))",
+M("provenance/origins.py", "    if not text:\n        return _EMPTY\n    _pay(1, 0 if paid or len(runs) <= _FREE_RUNS else len(runs))",
   "    if not text:\n        return _EMPTY\n    _pay(1, 0)", PRICES)
-M("provenance.py", "        if remaining < 0:\n            container[slot] = value  # past the limit: kept as it is",
+M("provenance/origins.py", "        if remaining < 0:\n            container[slot] = value  # past the limit: kept as it is",
   "        if remaining < -1000:\n            container[slot] = value  # past the limit: kept as it is",
   *k(PROVENANCE, "not corpus"))
 
 # ==== chat/config.py: loading model folders =====================================================
-M("chat/config.py", "MAX_CONFIG_BYTES = 16 * 1024 * 1024", "MAX_CONFIG_BYTES = 160 * 1024 * 1024",
+M("chat/files.py", "MAX_CONFIG_BYTES = 16 * 1024 * 1024", "MAX_CONFIG_BYTES = 160 * 1024 * 1024",
   *k(LOADING, "oversize or documented"))
-M("chat/config.py", "MAX_FOLDER_BYTES = 64 * 1024 * 1024", "MAX_FOLDER_BYTES = 640 * 1024 * 1024",
+M("chat/files.py", "MAX_FOLDER_BYTES = 64 * 1024 * 1024", "MAX_FOLDER_BYTES = 640 * 1024 * 1024",
   *k(LOADING, "oversize or documented or folder"))
-M("chat/config.py", "        if status.st_size > cap and not head:", "        if status.st_size > 2 * cap and not head:",
+M("chat/files.py", "        if status.st_size > cap and not head:", "        if status.st_size > 2 * cap and not head:",
   *k(LOADING, "oversize"))
-M("chat/config.py", "        if not self.contains(real):", "        if False:", *k(LOADING, "symlink"))
-M("chat/config.py", "        if self.budget <= 0 or status.st_size > self.budget:",
+M("chat/files.py", "        if not self.contains(real):", "        if False:", *k(LOADING, "symlink"))
+M("chat/files.py", "        if self.budget <= 0 or status.st_size > self.budget:",
   "        if status.st_size > 2 * self.budget:", *k(LOADING, "oversize or folder"))
-M("chat/config.py", "        self.budget -= len(data)", "        pass", *k(LOADING, "oversize or folder"))
-M("chat/config.py", "    if len(text) > max_chars:", "    if len(text) > max_chars + 1:", *k(LOADING, "oversize or template"))
-M("chat/config.py", "        data = self.read(path, 4 * chars, \"a template\")",
+M("chat/files.py", "        self.budget -= len(data)", "        pass", *k(LOADING, "oversize or folder"))
+M("chat/files.py", "    if len(text) > max_chars:", "    if len(text) > max_chars + 1:", *k(LOADING, "oversize or template"))
+M("chat/files.py", "        data = self.read(path, 4 * chars, \"a template\")",
   "        data = self.read(path, chars, \"a template\")", *k(LOADING, "oversize or template"))
-M("chat/config.py", "        return os.path.commonpath([path, root]) == root",
+M("chat/files.py", "        return os.path.commonpath([path, root]) == root",
   "        return path.startswith(root)", *k(LOADING, "symlink or snapshot or sibling"))
-M("chat/config.py", "        if os.path.basename(snapshots) == \"snapshots\" and \"--\" in os.path.basename(repository):",
+M("chat/files.py", "        if os.path.basename(snapshots) == \"snapshots\" and \"--\" in os.path.basename(repository):",
   "        if os.path.basename(snapshots) == \"snapshots\":", *k(LOADING, "symlink or snapshot"))
-M("chat/config.py", "        if not stat.S_ISREG(status.st_mode):\n            raise ChatConfigError(f\"{shown}: refused: {_file_kind(status.st_mode)}, not a \"",
-  "        if False:\n            raise ChatConfigError(f\"{shown}: refused: {_file_kind(status.st_mode)}, not a \"",
+M("chat/files.py", "        if not stat.S_ISREG(status.st_mode):\n            raise ChatConfigError(f\"{shown}: refused: {file_kind(status.st_mode)}, not a \"",
+  "        if False:\n            raise ChatConfigError(f\"{shown}: refused: {file_kind(status.st_mode)}, not a \"",
   *k(LOADING, "fifo or device or dev_zero"),
   equivalent="every caller has checked the file's kind with stat() first; this is the second "
              "check, against a file swapped between the stat() and the open() (a race no "
              "test sets up)")
-M("chat/config.py", "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NONBLOCK\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
+M("chat/files.py", "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NONBLOCK\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
   "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NOFOLLOW\", 0)", *k(LOADING, "fifo"),
   equivalent="O_NONBLOCK matters only for a FIFO swapped in between the stat() that refuses "
              "FIFOs and the open() (a race no test sets up)")
@@ -620,60 +620,60 @@ M("environment.py", "            raise self.limits.exceeded(\"max_nesting\", \"t
   "            raise", *k(LIMITS, "plain and (nesting or boundary)"))
 # compiler.py: the output size where each kind of statement prints, the step budget, what a
 # macro's output costs
-M("compiler.py", "                if ctx.output_size > ctx.max_output:\n                    raise _locate(ctx.limits.exceeded(\n                        \"max_output_size\", \"rendered output too large\"), expression_node)",
+M("compiler/closures.py", "                if ctx.output_size > ctx.max_output:\n                    raise _locate(ctx.limits.exceeded(\n                        \"max_output_size\", \"rendered output too large\"), expression_node)",
   "                if False:\n                    raise _locate(ctx.limits.exceeded(\n                        \"max_output_size\", \"rendered output too large\"), expression_node)",
   *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "                size += len(value)\n            ctx = scope.ctx\n            ctx.output_size += size\n            if ctx.output_size > ctx.max_output:",
+M("compiler/closures.py", "                size += len(value)\n            ctx = scope.ctx\n            ctx.output_size += size\n            if ctx.output_size > ctx.max_output:",
   "                size += len(value)\n            ctx = scope.ctx\n            ctx.output_size += size\n            if False:",
   *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "            ctx = scope.ctx\n            if ctx.output_size > ctx.max_output:\n                raise _locate(ctx.limits.exceeded(\n                    \"max_output_size\", \"rendered output too large\"), node)\n\n        output = _sequence",
+M("compiler/closures.py", "            ctx = scope.ctx\n            if ctx.output_size > ctx.max_output:\n                raise _locate(ctx.limits.exceeded(\n                    \"max_output_size\", \"rendered output too large\"), node)\n\n        output = _sequence",
   "            ctx = scope.ctx\n            if False:\n                raise _locate(ctx.limits.exceeded(\n                    \"max_output_size\", \"rendered output too large\"), node)\n\n        output = _sequence",
   *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "        self.steps += steps\n        if self.steps > self.max_steps:",
+M("compiler/closures.py", "        self.steps += steps\n        if self.steps > self.max_steps:",
   "        self.steps += steps\n        if self.steps >= self.max_steps:", PRICES)
-M("compiler.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
+M("compiler/closures.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
   "        self.charge(len(text) >> CHARS_SHIFT)", *k(LIMITS, "plain and (boundary or output)"))
-M("compiler.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
+M("compiler/closures.py", "        self.output_size = before\n        self.charge(len(text) >> CHARS_SHIFT)",
   "        self.output_size = before\n        self.charge(0)", PRICES)
 # codegen.py: the same checks in the Python written for hot loops (after 40 iterations)
-M("codegen.py", "        w.line(depth, \"if ctx.output_size > max_output:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
-  "        w.line(depth, \"if False:\")\n        w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n        _emit(w, depth, pieces)",
+M("compiler/codegen.py", "    w.line(depth, \"if ctx.output_size > max_output:\")\n    w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n    _emit(w, depth, pieces)",
+  "    w.line(depth, \"if False:\")\n    w.line(depth + 1, f\"_overflow(ctx, {w.ref(node)})\")\n    _emit(w, depth, pieces)",
   *k(LIMITS, "plain and (boundary or output)"))
-M("codegen.py", "               \"if ctx.steps > ctx.max_steps or ctx.output_size > max_output:\",\n               \"    return True\"]",
+M("compiler/codegen.py", "               \"if ctx.steps > ctx.max_steps or ctx.output_size > max_output:\",\n               \"    return True\"]",
   "               \"if ctx.output_size > max_output:\",\n               \"    return True\"]",
   *priced(LIMITS, "plain and (boundary or hot_loop)"))
-M("codegen.py", "        \"        if ctx.steps > ctx.max_steps:\" if output_checked else",
+M("compiler/codegen.py", "        \"        if ctx.steps > ctx.max_steps:\" if output_checked else",
   "        \"        if False:\" if output_checked else",
   *priced(LIMITS, "plain and (boundary or hot_loop)"))
-# arith.py: the exact digit check after computing
-M("arith.py", "    if abs(value) >= bound:", "    if abs(value) > bound:", *k(LIMITS, "boundary"))
-# filters_more.py: round()'s precision
-M("filters_more.py", "    if isinstance(precision, int) and precision + 1 > current_limits().max_int_digits:",
+# runtime/operators.py: the exact digit check after computing
+M("runtime/operators.py", "    if abs(value) >= bound:", "    if abs(value) > bound:", *k(LIMITS, "boundary"))
+# runtime/filters/rare.py: round()'s precision
+M("runtime/filters/rare.py", "    if isinstance(precision, int) and precision + 1 > current_limits().max_int_digits:",
   "    if isinstance(precision, int) and precision > current_limits().max_int_digits:",
   *k(LIMITS, "plain and (boundary or round)"))
 # filters.py: str() of a container measured first
-M("filters.py", "    if isinstance(value, _CONTAINERS) or isinstance(value, _HOLDERS):\n        _check_serialised_size(value, \"str()\")",
+M("runtime/filters/common.py", "    if isinstance(value, _CONTAINERS) or isinstance(value, _HOLDERS):\n        _check_serialised_size(value, \"str()\")",
   "    if isinstance(value, _CONTAINERS):\n        _check_serialised_size(value, \"str()\")",
   *k(LIMITS, "plain and boundary"))
-M("filters.py", "        if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:",
+M("runtime/filters/common.py", "        if size * _ESCAPE_FACTOR[escaping] > limits.max_string_size:",
   "        if size > limits.max_string_size:", *k(BUILTINS, "plain and (printed_form or repr or before_it_is_built)"))
 # sandbox.py: the lists of what a template may not reach
-M("sandbox.py", "_UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)",
+M("runtime/sandbox.py", "_UNSAFE_TYPES = (types.CodeType, types.TracebackType, types.FrameType)",
   "_UNSAFE_TYPES = (types.CodeType, types.TracebackType)", *k(ESCAPES, "plain"))
-M("sandbox.py", "_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({\"gi_frame\", \"gi_code\", \"gi_yieldfrom\", \"cr_frame\",",
+M("runtime/sandbox.py", "_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({\"gi_frame\", \"gi_code\", \"gi_yieldfrom\", \"cr_frame\",",
   "_UNSAFE_GENERATOR_ATTRIBUTES = frozenset({\"gi_code\", \"gi_yieldfrom\", \"cr_frame\",",
   *k(ESCAPES, "plain"))
-M("sandbox.py", "        if type(obj) in NAMESPACE_TYPES and name[:1] != \"_\":",
+M("runtime/sandbox.py", "        if type(obj) in NAMESPACE_TYPES and name[:1] != \"_\":",
   "        if type(obj) in NAMESPACE_TYPES:", *k(ESCAPES, "plain"))
-M("sandbox.py", "        if type(function) is Macro:  # the engine's own (slots: no flag can be set on it)\n            return function._invoke(args, kwargs)\n",
+M("runtime/sandbox.py", "        if type(function) is Macro:  # the engine's own (slots: no flag can be set on it)\n            return function._invoke(args, kwargs)\n",
   "", *k(ESCAPES, "plain"),
   equivalent="a shortcut: a Macro has slots and no flag attribute, so the general path "
              "reads no mark and calls it the same way")
 # provenance.py
-M("provenance.py", "            named = depth < PATH_DEPTH\n            pending = []",
+M("provenance/origins.py", "            named = depth < PATH_DEPTH\n            pending = []",
   "            named = True\n            pending = []", *k(PROVENANCE, "not corpus"))
 # the two checks this round found missing (issue 43: fixed with their tests)
-M("filters.py", "    if size > limits.max_string_size:\n        # a value that is no container",
+M("runtime/filters/common.py", "    if size > limits.max_string_size:\n        # a value that is no container",
   "    if False:\n        # a value that is no container", *k(LIMITS, "plain and boundary"))
-M("arith.py", "    elif kind is str or kind is list or kind is tuple or isinstance(result, (str, tuple)):",
+M("runtime/operators.py", "    elif kind is str or kind is list or kind is tuple or isinstance(result, (str, tuple)):",
   "    elif kind is str or kind is list or kind is tuple:", PRICES)

@@ -1,13 +1,17 @@
 """The chat layer: everything about chats that sits above the Jinja engine.
 
-The engine (the modules of :mod:`minijinja_py` itself: scanner, grammar, parser, compiler,
-sandbox, limits, filters) renders templates and knows nothing about conversations. This
+The engine (the modules of :mod:`minijinja_py` itself: syntax/, compiler/, runtime/, guard/,
+provenance/) renders templates and knows nothing about conversations. This
 package uses only the engine's public API (``chat_environment``, ``Template``, ``Limits``, the
 errors) to do what transformers does around a chat template:
 
+- :mod:`.api`: ``apply_chat_template``, the one call: it hands a render to .pipeline and an
+  encoding (``tokenize=True``) to .tokens;
 - :mod:`.pipeline`: ``apply_chat_template(..., tokenize=False)``: ``ChatTemplate``, the data
   steps before the render and ``continue_final_message`` after it;
 - :mod:`.config`: loading model folders, ``tokenizer_config.json`` and ``.jinja`` files;
+- :mod:`.files`: reading a model folder's files safely (regular files inside the folder,
+  capped), for .config, .gguf and .tokens;
 - :mod:`.gguf`: the chat templates and special tokens in GGUF metadata;
 - :mod:`.schema`: JSON schemas for tools given as Python functions;
 - :mod:`.capabilities`: what a template can do, decided from provenance renders of probe
@@ -33,7 +37,7 @@ errors) to do what transformers does around a chat template:
 # of a first chat render (see tests/test_cold_start.py)
 _LAZY = {
     "ChatTemplate": "pipeline", "RenderResult": "pipeline", "ChatTemplateValueError": "pipeline",
-    "apply_chat_template": "pipeline", "plain_template_data": "pipeline",
+    "apply_chat_template": "api", "plain_template_data": "pipeline",
     "CONTINUE_FINAL_MESSAGE_MARKER": "pipeline", "REASONING_FIELDS": "pipeline",
     "ChatConfig": "config", "ChatConfigError": "config", "load_chat_config": "config",
     "select_template": "config", "SPECIAL_TOKEN_NAMES": "config",
@@ -57,9 +61,9 @@ if TYPE_CHECKING:  # pragma: no cover - what static analysis sees
     from .config import (CHAT_TEMPLATE_DIR, CHAT_TEMPLATE_FILE, MAX_CONFIG_BYTES,
                          MAX_FOLDER_BYTES, SPECIAL_TOKEN_NAMES, TOKENIZER_CONFIG_FILE,
                          ChatConfig, ChatConfigError, load_chat_config, select_template)
+    from .api import apply_chat_template
     from .pipeline import (CONTINUE_FINAL_MESSAGE_MARKER, REASONING_FIELDS, ChatTemplate,
-                           ChatTemplateValueError, RenderResult, apply_chat_template,
-                           plain_template_data)
+                           ChatTemplateValueError, RenderResult, plain_template_data)
     from .capabilities import CAPABILITY_NAMES, Capabilities
     from .polyfills import POLYFILLS
     from .prefix_report import PrefixBoundary, PrefixCheck

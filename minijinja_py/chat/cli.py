@@ -40,7 +40,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..analysis import analyze_template
+from ..meta import analyze_template
 from .pipeline import (SPECIAL_TOKEN_NAMES, ChatConfig, ChatTemplate, ChatTemplateValueError,
                    load_chat_config, select_template)
 from ..exceptions import TemplateError, TemplateSyntaxError

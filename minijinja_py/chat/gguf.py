@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from .config import _file_kind
+from .files import file_kind
 
 __all__ = ["GGUFError", "GGUFArray", "GGUFChatInfo", "read_gguf_metadata", "read_gguf_chat_info",
            "is_gguf_file"]
@@ -113,14 +113,14 @@ def _open_regular(path: Union[str, "os.PathLike[str]"]) -> Tuple[int, int]:
     opened, and again from fstat() of what was opened."""
     status = os.stat(path)
     if not stat.S_ISREG(status.st_mode):
-        raise GGUFError(f"{os.fspath(path)}: not a regular file ({_file_kind(status.st_mode)}); "
+        raise GGUFError(f"{os.fspath(path)}: not a regular file ({file_kind(status.st_mode)}); "
                         "refusing to read it")
     fd = os.open(path, _OPEN_FLAGS)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise GGUFError(f"{os.fspath(path)}: not a regular file "
-                            f"({_file_kind(status.st_mode)}); refusing to read it")
+                            f"({file_kind(status.st_mode)}); refusing to read it")
     except BaseException:
         os.close(fd)
         raise

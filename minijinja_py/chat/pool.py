@@ -531,7 +531,7 @@ class RenderPool:
         """The most bytes a genuine reply can have: no worker holds more than its memory."""
         if self.memory_limit:
             return self.memory_limit + (1 << 20)
-        from ..limits import Limits
+        from ..guard.limits import Limits
 
         limits = Limits(**(limit_fields or {}))
         return 4 * (limits.max_output_size + limits.max_string_size) + (1 << 20)
@@ -755,7 +755,7 @@ def _interpreter_settings() -> "Dict[str, Any]":
 def _limit_fields(limits: "Any") -> "Optional[Dict[str, int]]":
     if limits is None:
         return None
-    from ..limits import Limits
+    from ..guard.limits import Limits
 
     if isinstance(limits, Limits):
         return {field: getattr(limits, field) for field in Limits.FIELDS}

@@ -2,7 +2,7 @@
 text that came from the input told apart.
 
 Each character of a provenance render (:meth:`ChatTemplate.render_with_provenance`) has one of
-four origins (:class:`~minijinja_py.provenance.Run`): ``template`` (the template's own text),
+four origins (:class:`~minijinja_py.provenance.origins.Run`): ``template`` (the template's own text),
 ``input`` (copied verbatim from a variable: a message, a tool schema, a ``--var``, a special
 token), ``derived`` (computed from input: JSON-encoded, escaped, case-changed...) and
 ``unknown`` (made by something that kept no record: treat it as input). Two displays:

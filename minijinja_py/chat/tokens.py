@@ -54,7 +54,8 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tupl
 
 from .extras import install_hint
 from .config import (TOKENIZER_CONFIG_FILE, ChatConfigError, _extra_special_tokens_of,
-                     _ModelFolder, _special_tokens_of, load_chat_config, select_template)
+                     _special_tokens_of, load_chat_config, select_template)
+from .files import ModelFolder
 from ..exceptions import TemplateError
 from .pipeline import ChatTemplate, ChatTemplateValueError, _normalize_conversation
 from .tokenizer_api import (NO_GENERATION_TAG_WARNING, TensorLibraryNotInstalledError,
@@ -220,6 +221,30 @@ def _mark(value: Any, pattern: "re.Pattern[str]") -> Any:
 
 
 # ---- the tokenizer ---------------------------------------------------------------------------
+def _render_conversations(template: ChatTemplate, conversations: List[Any],
+                          with_provenance: bool, with_spans: bool, **call: Any
+                          ) -> Tuple[List[str], List[List[Tuple[int, int]]], List[Any]]:
+    """(texts, generation spans, provenance results) of rendering each conversation with
+    ``template`` (``call``: the render's other arguments): with provenance (spans and
+    results), else with spans, else plain (neither)."""
+    texts: List[str] = []
+    spans: List[List[Tuple[int, int]]] = []
+    provenance: List[Any] = []
+    for chat in conversations:
+        if with_provenance:
+            result = template.render_with_provenance(chat, **call)
+            texts.append(result.text)
+            spans.append(list(result.generation_spans))
+            provenance.append(result)
+        elif with_spans:
+            result = template.render_with_spans(chat, **call)
+            texts.append(result.text)
+            spans.append(list(result.generation_spans))
+        else:
+            texts.append(template.render(chat, **call))
+    return texts, spans, provenance
+
+
 class ChatTokenizer(TransformersTokenizerAPI):
     """A model folder's tokenizer and chat template(s), encoding chats like transformers.
 
@@ -403,7 +428,7 @@ class ChatTokenizer(TransformersTokenizerAPI):
             else:
                 raise ChatConfigError(f"{path}: a tokenizer is loaded from a model folder (with "
                                       f"{TOKENIZER_FILE}), not from this file")
-        folder = _ModelFolder(directory)
+        folder = ModelFolder(directory)
         config: Dict[str, Any] = {}
         loaded = folder.read_json(directory / TOKENIZER_CONFIG_FILE)
         if loaded is not None:
@@ -743,30 +768,11 @@ class ChatTokenizer(TransformersTokenizerAPI):
             documents = _mark(documents, pattern)
             kwargs = _mark(kwargs, pattern)
 
-        texts: List[str] = []
-        spans: List[List[Tuple[int, int]]] = []
-        provenance: List[Any] = []
-        for chat in conversations:
-            if (by_provenance or by_message) and tokenize:
-                result = template.render_with_provenance(
-                    chat, tools=tools, documents=documents,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final_message=continue_final_message, **kwargs)
-                texts.append(result.text)
-                spans.append(list(result.generation_spans))
-                provenance.append(result)
-            elif return_assistant_tokens_mask:
-                result = template.render_with_spans(
-                    chat, tools=tools, documents=documents,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final_message=continue_final_message, **kwargs)
-                texts.append(result.text)
-                spans.append(list(result.generation_spans))
-            else:
-                texts.append(template.render(
-                    chat, tools=tools, documents=documents,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final_message=continue_final_message, **kwargs))
+        texts, spans, provenance = _render_conversations(
+            template, conversations, (by_provenance or by_message) and tokenize,
+            bool(return_assistant_tokens_mask), tools=tools, documents=documents,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, **kwargs)
         if not tokenize:
             return texts if is_batched else texts[0]
 
@@ -775,24 +781,9 @@ class ChatTokenizer(TransformersTokenizerAPI):
         want_offsets = bool(return_assistant_tokens_mask or options.get("return_offsets_mapping"))
         split = options.get("split_special_tokens")
         if by_provenance or by_message:
-            from . import provenance_uses
-
-            mask_rule = (assistant_mask_rule or provenance_uses.AssistantMaskRule()) \
-                if by_message else None
-            rows, offsets = [], []
-            for i, result in enumerate(provenance):
-                ids, row_offsets, message_spans = provenance_uses.encode_with_provenance(
-                    self, result, conversations[i], trusted,
-                    sanitize=(sanitize_rule or provenance_uses.SanitizeRule())
-                    if by_provenance else None,
-                    mask=mask_rule, split_special_tokens=split, want_offsets=want_offsets)
-                if message_spans is not None:
-                    spans[i] = message_spans
-                if by_markers:  # the markers' sanitising, with the mask of the marked text
-                    texts[i], ids, row_offsets, spans[i] = self._encode_marked(
-                        texts[i], spans[i], want_offsets)
-                rows.append(ids)
-                offsets.append(row_offsets)
+            rows, offsets = self._encode_by_provenance(
+                texts, spans, provenance, conversations, trusted, by_provenance, sanitize_rule,
+                by_message, assistant_mask_rule, by_markers, split, want_offsets)
             plain_texts = texts
         elif sanitize_control_tokens:
             encoded = [self._encode_marked(text, spans[i] if spans else None, want_offsets)
@@ -806,22 +797,8 @@ class ChatTokenizer(TransformersTokenizerAPI):
             encoded_texts = self._encode_texts(texts, split, want_offsets)
             rows = [item[0] for item in encoded_texts]
             offsets = [item[1] or [] for item in encoded_texts]
-
-        if truncate and max_length is not None:
-            rows = [_truncated(row, max_length, self.truncation_side) for row in rows]
-            offsets = [_truncated(row, max_length, self.truncation_side) for row in offsets]
-        columns = {"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]}
-        if want_offsets:
-            columns["offset_mapping"] = offsets
-        self._pad_columns(columns, padding_strategy, max_length, options)
-        self._warn_if_too_long(columns["input_ids"], max_length, options.get("verbose", True))
-        if return_assistant_tokens_mask:
-            columns["assistant_masks"] = [_overlap_mask(row, spans[i]) for i, row
-                                          in enumerate(columns["offset_mapping"])]
-        if not options.get("return_offsets_mapping"):
-            columns.pop("offset_mapping", None)
-        if options.get("return_attention_mask", True) is False:
-            del columns["attention_mask"]
+        columns = self._columns(rows, offsets, spans if return_assistant_tokens_mask else None,
+                                truncate, padding_strategy, max_length, want_offsets, options)
         # one conversation's tensors keep their batch dimension, as in transformers
         batched = is_batched or return_tensors is not None
         if not return_dict:
@@ -832,6 +809,59 @@ class ChatTokenizer(TransformersTokenizerAPI):
             result[key] = to_tensor(key_rows if batched else key_rows[0], return_tensors)
         result.text = plain_texts if is_batched else plain_texts[0]
         return result
+
+    def _encode_by_provenance(self, texts: List[str], spans: List[Any], provenance: List[Any],
+                              conversations: List[Any], trusted: Any, by_provenance: bool,
+                              sanitize_rule: Optional["SanitizeRule"], by_message: bool,
+                              assistant_mask_rule: Optional["AssistantMaskRule"],
+                              by_markers: bool, split: Any, want_offsets: bool
+                              ) -> Tuple[List[Any], List[Any]]:
+        """(ids, offsets) of each provenance render of apply_chat_template: sanitised by
+        origin (``by_provenance``), masked by message (``by_message``), the rules given or
+        the default ones; ``texts`` and ``spans`` are updated in place (the markers'
+        sanitising, the messages' spans)."""
+        from . import provenance_uses
+
+        mask_rule = (assistant_mask_rule or provenance_uses.AssistantMaskRule()) \
+            if by_message else None
+        rows, offsets = [], []
+        for i, result in enumerate(provenance):
+            ids, row_offsets, message_spans = provenance_uses.encode_with_provenance(
+                self, result, conversations[i], trusted,
+                sanitize=(sanitize_rule or provenance_uses.SanitizeRule())
+                if by_provenance else None,
+                mask=mask_rule, split_special_tokens=split, want_offsets=want_offsets)
+            if message_spans is not None:
+                spans[i] = message_spans
+            if by_markers:  # the markers' sanitising, with the mask of the marked text
+                texts[i], ids, row_offsets, spans[i] = self._encode_marked(
+                    texts[i], spans[i], want_offsets)
+            rows.append(ids)
+            offsets.append(row_offsets)
+        return rows, offsets
+
+    def _columns(self, rows: List[Any], offsets: List[Any], mask_spans: Optional[List[Any]],
+                 truncate: bool, padding_strategy: Any, max_length: Optional[int],
+                 want_offsets: bool, options: Mapping[str, Any]) -> Dict[str, List[Any]]:
+        """The encoding's columns from the rows of ids and offsets: truncated, padded, with
+        the assistant masks of ``mask_spans`` (None: no masks), without the columns the
+        options leave out."""
+        if truncate and max_length is not None:
+            rows = [_truncated(row, max_length, self.truncation_side) for row in rows]
+            offsets = [_truncated(row, max_length, self.truncation_side) for row in offsets]
+        columns = {"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]}
+        if want_offsets:
+            columns["offset_mapping"] = offsets
+        self._pad_columns(columns, padding_strategy, max_length, options)
+        self._warn_if_too_long(columns["input_ids"], max_length, options.get("verbose", True))
+        if mask_spans is not None:
+            columns["assistant_masks"] = [_overlap_mask(row, mask_spans[i]) for i, row
+                                          in enumerate(columns["offset_mapping"])]
+        if not options.get("return_offsets_mapping"):
+            columns.pop("offset_mapping", None)
+        if options.get("return_attention_mask", True) is False:
+            del columns["attention_mask"]
+        return columns
 
     # -- options ---------------------------------------------------------------------------
     @staticmethod

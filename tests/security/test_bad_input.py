@@ -649,7 +649,7 @@ def test_damaged_parse_cache_entry_never_escapes(seed: int, tmp_path: Any,
     import os
     import random
 
-    from minijinja_py import diskcache
+    from minijinja_py.syntax import parse_cache as diskcache
 
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import deadline as watchdog
+from minijinja_py.guard import deadline as watchdog
 
 from security_support import run_forked, run_isolated
 
@@ -101,7 +101,7 @@ def test_deadline_stops_a_loop_whatever_its_price(source: str) -> None:
 @pytest.mark.parametrize("source", list(SLOW_LOOPS.values()), ids=list(SLOW_LOOPS))
 def test_deadline_stops_generated_loops_too(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hot loops switch to generated Python (codegen.py); the deadline reaches them."""
-    from minijinja_py import compiler
+    from minijinja_py.compiler import closures as compiler
 
     monkeypatch.setattr(compiler, "HOT_ITERATIONS", 1, raising=False)
     monkeypatch.setattr(compiler, "FIRST_RENDER_FACTOR", 1, raising=False)

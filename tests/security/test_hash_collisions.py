@@ -261,7 +261,7 @@ def test_mutable_growth_below_the_bound() -> None:
     (range(3, 9), True, True),          # hashed as the tuple (length, start, step)
 ])
 def test_which_keys_a_template_can_aim(key: Any, steered: bool, colliding: bool) -> None:
-    from minijinja_py import collisions
+    from minijinja_py.guard import collisions
 
     assert (collisions.census([key])[1] == 1) == steered
     assert (collisions.census([key], salted=True)[1] == 1) == colliding
@@ -271,8 +271,8 @@ def test_a_fixed_pythonhashseed_makes_strs_keys_a_template_can_aim() -> None:
     """Strings are not counted because Python keys their hash with a secret of the process;
     a fixed PYTHONHASHSEED makes every str hash computable (docs/security.md, hash collisions),
     so strs are then counted as ints are. Checked in a child started with the seed."""
-    script = ("import sys; sys.path.insert(0, sys.argv[1]); from minijinja_py import "
-              "collisions; print(collisions.census(['role'])[1], "
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); from minijinja_py.guard "
+              "import collisions; print(collisions.census(['role'])[1], "
               "collisions.census(['role'], salted=True)[1])")
     root = str(Path(mj.__file__).resolve().parent.parent)
     for seed, expected in (("0", "1 0"), ("random", "0 0")):

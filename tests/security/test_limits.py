@@ -30,7 +30,7 @@ from typing import Any, Optional, Tuple
 import pytest
 
 import minijinja_py as mj
-from minijinja_py.budget import PROVENANCE_STR_STEPS
+from minijinja_py.guard.prices import PROVENANCE_STR_STEPS
 
 from security_support import (corpus_available, corpus_contexts, corpus_slugs, corpus_template,
                               run_isolated)

@@ -1007,9 +1007,9 @@ def test_the_files_of_one_folder_add_up_to_at_most_the_folder_cap(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads from one model folder add up to at most MAX_FOLDER_BYTES (here lowered to
     1,000): the config and the templates together, exactly up to the cap."""
-    from minijinja_py.chat import config
+    from minijinja_py.chat import files
 
-    monkeypatch.setattr(config, "MAX_FOLDER_BYTES", 1000)
+    monkeypatch.setattr(files, "MAX_FOLDER_BYTES", 1000)
     settings = b'{"eos_token": "' + b"e" * 400 + b'"}'  # 417 bytes
     (tmp_path / "tokenizer_config.json").write_bytes(settings)
     main = tmp_path / "chat_template.jinja"

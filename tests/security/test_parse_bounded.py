@@ -11,7 +11,9 @@ from typing import Callable
 import pytest
 
 import minijinja_py as mj
-from minijinja_py import limits, lalr, parser, scanner, symbols
+from minijinja_py.guard import limits
+from minijinja_py.compiler import symbols
+from minijinja_py.syntax import lalr, parser, scanner
 from minijinja_py.exceptions import DeadlineExceededError
 
 from security_support import run_isolated
@@ -135,7 +137,7 @@ def test_symbol_analysis_looks_at_the_deadline() -> None:
 
 
 def test_tree_walks_look_at_the_deadline() -> None:
-    from minijinja_py import nodes
+    from minijinja_py.syntax import nodes
 
     template = parser.parse("{{ x }}" * 3000)
     token = limits.activate_parse(mj.Limits(max_seconds=1e-9))

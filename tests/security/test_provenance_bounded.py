@@ -131,7 +131,7 @@ def test_the_runs_of_the_output_are_paid_for_within_the_render() -> None:
     """The record of the output, and the Run objects a caller reads from it, are paid for by
     the render that made them (so a render whose output has more runs than its budget pays for
     is refused with LimitExceededError, never by the memory its Run objects take later)."""
-    from minijinja_py.budget import PROVENANCE_RUN_STEPS
+    from minijinja_py.guard.prices import PROVENANCE_RUN_STEPS
 
     copies = 20000  # 40,000 runs: a source change every character
     printed = _steps_needed("{{ (x ~ 'a') * %d }}" % copies, x="b")
@@ -187,8 +187,8 @@ def test_iterating_characters_keeps_each_ones_origin() -> None:
 
 # -- the same attributes as the plain types ----------------------------------------------------------
 def _attribute_names() -> list:
-    from minijinja_py.markup import Markup
-    from minijinja_py.provenance import PFloat, PInt, PMarkup, PStr
+    from minijinja_py.runtime.markup import Markup
+    from minijinja_py.provenance.origins import PFloat, PInt, PMarkup, PStr
 
     names = set()
     for kind in (PStr, PMarkup, PInt, PFloat, str, Markup, int, float):
