@@ -31,6 +31,8 @@ STRESS_IN_MODE = {
         # the provenance record's own bounds in the default run)
         "test_huge_source_parses_or_fails_cleanly_in_bounded_time",
         "test_attack_is_stopped_cleanly_and_the_process_stays_healthy",
+        # keys chosen to collide, built up to the refusal bound with origins recorded (25 s)
+        "test_hostile_hashing_is_refused",
     }),
     "tokens": frozenset({
         "test_builtin_pays_for_its_work", "test_expensive_builtin_finishes_in_bounded_time",
