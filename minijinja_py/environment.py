@@ -114,21 +114,12 @@ class Environment:
         parse_token = _limits.activate_parse(self.limits)  # the deadline of this parse
         try:
             with paused_gc():  # see gcpause
+                # (no retry without the cache when compiling fails: the parse cache checks
+                # every node, field and constant it loads against what the parser makes,
+                # and its key names this engine, so an error here is the compiler's, and
+                # parsing again would only hide it)
                 ast = self._parse(source, name)
-                try:
-                    compiled = Compiler(self).compile_template(ast)  # (root, fresh, blocks)
-                except TemplateError:
-                    raise
-                except Exception:
-                    if not self.parse_cache:
-                        raise
-                    # a cached AST this engine cannot use (corrupt or stale): parse afresh
-                    self.parse_cache, saved = False, self.parse_cache
-                    try:
-                        ast = self._parse(source, name)
-                    finally:
-                        self.parse_cache = saved
-                    compiled = Compiler(self).compile_template(ast)
+                compiled = Compiler(self).compile_template(ast)  # (root, fresh, blocks)
         except TemplateError as exc:
             exc._attach_source(name, source)
             raise

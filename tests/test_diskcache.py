@@ -654,3 +654,26 @@ def test_a_temporary_is_removed_after_an_hour_not_before(cache_dir, monkeypatch)
         temporaries[age] = path
     assert diskcache.prune() == 2
     assert {age for age, path in temporaries.items() if path.exists()} == {30 * 60, 59 * 60}
+
+
+def test_a_compiler_error_on_a_cached_ast_is_not_retried_as_cache_damage(
+        cache_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the cache loads is checked node by node, so an exception while compiling it is
+    the compiler's: raised, not hidden by parsing again without the cache."""
+    from minijinja_py import environment
+
+    source = "{% for m in messages %}{{ m }}{% endfor %}"
+    mj.Environment().from_string(source)  # the AST is now on disk
+    original = environment.Compiler.compile_template
+    calls = []
+
+    def failing_once(self: Any, ast: Any) -> Any:
+        calls.append(ast)
+        if len(calls) == 1:
+            raise RuntimeError("a compiler bug")
+        return original(self, ast)
+
+    monkeypatch.setattr(environment.Compiler, "compile_template", failing_once)
+    with pytest.raises(RuntimeError, match="a compiler bug"):
+        mj.Environment().from_string(source)
+    assert len(calls) == 1
