@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 
 import minijinja_py as mj
 from minijinja_py.chat import ChatConfigError, ChatEncoding
+from minijinja_py.chat import pool as pool_module
 from minijinja_py.chat.pool import RenderPool, RenderTimeoutError, WorkerCrashedError
 
 pytest.importorskip("tokenizers")
@@ -198,3 +200,33 @@ def test_pool_limits_apply_to_the_encode_render() -> None:
     with RenderPool(1, now=FIXED_NOW, limits={"max_output_size": 50}) as tight:
         with pytest.raises(mj.LimitExceededError):
             tight.encode(folder("qwen2"), MESSAGES, chat_template="{{ 'x' * 100 }}")
+
+
+def reply(header: dict, blobs: List[bytes]) -> Tuple[dict, bytearray]:
+    return dict(header, blobs=[len(blob) for blob in blobs]), bytearray(b"".join(blobs))
+
+
+INT = (7).to_bytes(8, "little" if sys.byteorder == "little" else "big")
+
+
+@pytest.mark.parametrize("header,blobs", [
+    ({"batched": False, "columns": [["input_ids", [1]]]}, [INT]),                 # no text
+    ({"batched": False, "columns": [["__class__", [1]]]}, [INT, b"t"]),           # unknown column
+    ({"batched": False, "columns": [["input_ids", [2]]]}, [INT, b"t"]),           # short column
+    ({"batched": False, "columns": [["input_ids", [1, 0]]]}, [INT, b"t", b""]),   # two rows
+    ({"batched": True, "columns": [["input_ids", [1]], ["attention_mask", [1, 0]]]},
+     [INT, INT, b"t"]),                                                           # ragged
+    ({"batched": "yes", "columns": [["input_ids", [1]]]}, [INT, b"t"]),
+    ({"batched": False, "columns": [["offset_mapping", [1]]]}, [INT, b"t"]),      # half a pair
+    ({"batched": False, "columns": [["input_ids", [1]]]}, [INT, b"\xff"]),        # not UTF-8
+])
+def test_malformed_encode_replies_are_refused(header: dict, blobs: List[bytes]) -> None:
+    with pytest.raises(pool_module._ProtocolError):
+        pool_module._decode_encoding(*reply(header, blobs))
+
+
+def test_a_wellformed_encode_reply_decodes() -> None:
+    columns, text = pool_module._decode_encoding(*reply(
+        {"batched": False, "columns": [["input_ids", [1]], ["offset_mapping", [1]]]},
+        [INT, INT + INT, "é".encode()]))
+    assert columns == {"input_ids": [7], "offset_mapping": [(7, 7)]} and text == "é"
