@@ -230,3 +230,16 @@ def test_a_wellformed_encode_reply_decodes() -> None:
         {"batched": False, "columns": [["input_ids", [1]], ["offset_mapping", [1]]]},
         [INT, INT + INT, "é".encode()]))
     assert columns == {"input_ids": [7], "offset_mapping": [(7, 7)]} and text == "é"
+
+
+def test_relative_paths_follow_the_callers_directory_and_conversation_is_taken(
+        pool: RenderPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers start before the caller changes directory: a relative folder is resolved, and
+    named in messages, as the caller's process sees it."""
+    monkeypatch.chdir(CORPUS / "tokenizers")
+    both(pool, "qwen2", MESSAGES)
+    assert pool.encode("qwen2", conversation=MESSAGES) == pool.encode(folder("qwen2"), MESSAGES)
+    both(pool, "phi-3/tokenizer.json", MESSAGES)
+    both(pool, "not-a-model-here", MESSAGES)
+    with pytest.raises(TypeError, match="does not take return_tensors"):
+        pool.encode("qwen2", MESSAGES, return_tensors="np")
