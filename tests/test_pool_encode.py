@@ -24,6 +24,7 @@ import pytest
 import minijinja_py as mj
 from minijinja_py.chat import ChatConfigError, ChatEncoding
 from minijinja_py.chat import pool as pool_module
+from minijinja_py.chat import tokens as mj_tokens
 from minijinja_py.chat.pool import RenderPool, RenderTimeoutError, WorkerCrashedError
 
 pytest.importorskip("tokenizers")
@@ -243,3 +244,20 @@ def test_relative_paths_follow_the_callers_directory_and_conversation_is_taken(
     both(pool, "not-a-model-here", MESSAGES)
     with pytest.raises(TypeError, match="does not take return_tensors"):
         pool.encode("qwen2", MESSAGES, return_tensors="np")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_fifo_in_the_folder_blocks_neither_process(pool: RenderPool, tmp_path: Path) -> None:
+    """The server hashes only regular files (up to the size a worker would load), so a FIFO
+    named tokenizer.json is the in-process error, not a hang."""
+    assert pool_module._MOST_HASHED == mj_tokens.MAX_TOKENIZER_BYTES
+    model = tmp_path / "fifo-model"
+    model.mkdir()
+    os.mkfifo(model / "tokenizer.json")
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(both(pool, model, MESSAGES)))
+    thread.daemon = True
+    thread.start()
+    thread.join(60)  # a guard against a hang, not a time measurement
+    assert result and result[0][0][0] == "error"
+    assert isinstance(result[0][0][1], ChatConfigError)

@@ -927,6 +927,9 @@ def _decode_result(header: dict, body: bytearray, spans: bool
 _FOLDER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                  "chat_template.jinja", "chat_template.json")
 _TEMPLATE_FOLDER = "additional_chat_templates"
+#: A file larger than any the worker would load (tokens.MAX_TOKENIZER_BYTES) is not read here:
+#: its size and time stand for it, and the worker refuses it.
+_MOST_HASHED = 512 << 20
 
 
 class _Fingerprints:
@@ -961,8 +964,8 @@ class _Fingerprints:
         digest = hashlib.sha256()
         for file, stamp in zip(files, stamps):
             digest.update(repr((os.path.basename(file), stamp[1:])).encode())
-            if stamp[0]:
-                _hash_file(file, digest)
+            if stamp[0] and stamp[1] <= _MOST_HASHED:
+                _hash_file(file, digest, _MOST_HASHED)
         fingerprint = digest.hexdigest()
         with self.lock:
             self.known.pop(path, None)
@@ -983,9 +986,10 @@ def _stamp(file: str) -> tuple:
     return (stat.S_ISREG(status.st_mode), status.st_size, status.st_mtime_ns, status.st_ino)
 
 
-def _hash_file(file: str, digest: "Any") -> None:
-    """Add a regular file's bytes to ``digest``; anything else (a FIFO swapped in, a file that
-    went away) adds nothing, since the worker reports what is wrong with the folder."""
+def _hash_file(file: str, digest: "Any", most: int) -> None:
+    """Add a regular file's bytes (at most ``most``) to ``digest``; anything else (a FIFO
+    swapped in, a file that went away) adds nothing, since the worker reports what is wrong
+    with the folder."""
     import stat
 
     try:
@@ -995,11 +999,12 @@ def _hash_file(file: str, digest: "Any") -> None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return
-        while True:
-            chunk = os.read(fd, 1 << 20)
+        while most > 0:
+            chunk = os.read(fd, min(1 << 20, most))
             if not chunk:
                 return
             digest.update(chunk)
+            most -= len(chunk)
     except OSError:
         return
     finally:
