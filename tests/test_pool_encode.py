@@ -261,3 +261,22 @@ def test_a_fifo_in_the_folder_blocks_neither_process(pool: RenderPool, tmp_path:
     thread.join(60)  # a guard against a hang, not a time measurement
     assert result and result[0][0][0] == "error"
     assert isinstance(result[0][0][1], ChatConfigError)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="RLIMIT_AS")
+def test_running_out_of_memory_during_encode_is_reported_and_the_worker_replaced() -> None:
+    """Out of memory in the render: RenderMemoryError, as for renders. Out of memory in the
+    Rust tokenizer, which aborts the process instead of raising: WorkerCrashedError
+    (SIGABRT), as for any crash. Either way the next encode works."""
+    with RenderPool(1, memory_limit=600 << 20, limits=UNBOUNDED) as capped:
+        expected = capped.encode(folder("qwen2"), MESSAGES)
+        with pytest.raises(pool_module.RenderMemoryError, match="memory limit"):
+            capped.encode(folder("qwen2"), MESSAGES, chat_template="{{ 'x' * 10**9 }}")
+        assert capped.encode(folder("qwen2"), MESSAGES) == expected
+        # 60 MB of text fits; its ten million tokens do not (tokenizers 0.2x aborts: SIGABRT;
+        # a tokenizer that raised MemoryError instead would be a RenderMemoryError)
+        with pytest.raises((WorkerCrashedError, pool_module.RenderMemoryError)) as info:
+            capped.encode(folder("qwen2"), MESSAGES, chat_template="{{ 'hello ' * 10**7 }}")
+        if isinstance(info.value, WorkerCrashedError):
+            assert info.value.returncode == -signal.SIGABRT, str(info.value)
+        assert capped.encode(folder("qwen2"), MESSAGES) == expected
