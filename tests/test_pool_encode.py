@@ -280,3 +280,14 @@ def test_running_out_of_memory_during_encode_is_reported_and_the_worker_replaced
         if isinstance(info.value, WorkerCrashedError):
             assert info.value.returncode == -signal.SIGABRT, str(info.value)
         assert capped.encode(folder("qwen2"), MESSAGES) == expected
+
+
+def test_an_error_in_the_folders_own_template_names_the_folder(pool: RenderPool,
+                                                                tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(folder("qwen2") / "tokenizer.json", model / "tokenizer.json")
+    (model / "chat_template.jinja").write_text("fine\n{{ messages[0].nope.deeper }}", "utf-8")
+    expected = both(pool, model, MESSAGES)[0][1]
+    assert isinstance(expected, mj.UndefinedError) and expected.name == str(model)
+    assert expected.lineno == 2 and "messages[0].nope.deeper" in str(expected)
