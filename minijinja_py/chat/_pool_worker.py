@@ -11,7 +11,9 @@ Protocol (the parent is trusted, the worker is not):
 * worker -> parent: ``>IQ`` (header length, body length), a JSON header (ASCII, a flat dict of
   plain values) and a body: the raw strings of the reply (the rendered text, or an error
   message), each encoded as UTF-8 with ``surrogatepass`` so that lone surrogates survive, and
-  generation spans as native 64-bit integers. The parent never unpickles anything the worker
+  generation spans and an encoding's columns (``"encode"`` requests: ids, masks, offsets) as
+  native 64-bit integers; the errors of an encode also carry the template's name and source,
+  which the parent did not send. The parent never unpickles anything the worker
   sends and checks every field of the header (``pool._decode_reply``).
 
 Before importing the engine the worker caps its own address space at the pool's memory limit
@@ -40,6 +42,8 @@ EXIT_OUT_OF_MEMORY = 86
 EXIT_ORPHANED = 87
 
 _CHUNK = 1 << 20
+#: Tokenizers each worker keeps loaded (least recently used first out).
+TOKENIZER_CACHE_SIZE = 4
 
 
 def _read_exact(fd: int, size: int) -> "bytes | None":
@@ -119,6 +123,8 @@ class _Worker:
         self.envs = {"chat": self.chat_env, "env": self.env}
         self.cache: "OrderedDict[tuple, object]" = OrderedDict()
         self.cache_size = max(1, int(config["cache_size"]))
+        self.tokenizers: "OrderedDict[tuple, object]" = OrderedDict()
+        _use_pool_limits(options)
         self.warm_up()
 
     def warm_up(self) -> None:
@@ -172,6 +178,8 @@ class _Worker:
                         flat.append(int(end))
                     return encode_reply({"ok": True}, [_text_bytes(text), flat.tobytes()]), False
                 return encode_reply({"ok": True}, [_text_bytes(template.render(variables))]), False
+            if op == "encode":
+                return self.encode(*request[1:]), False
             if op == "check":
                 _, kind, source, name = request
                 self.template(kind, source, name)
@@ -183,16 +191,62 @@ class _Worker:
             if _caused_by_memory(exc):
                 reply = self.memory_reply(exc)
             else:
-                reply = self.error_reply(exc)
+                reply = self.error_reply(exc, carry_location=(op == "encode"))
                 return reply, False
         return reply, True
+
+    def tokenizer(self, path: str, cwd: str, fingerprint: str) -> object:
+        """The folder's tokenizer, loaded once per (path as given, directory, content hash):
+        a folder whose files changed is loaded again (the parent hashes them)."""
+        key = (path, cwd, fingerprint)
+        tokenizer = self.tokenizers.get(key)
+        if tokenizer is not None:
+            self.tokenizers.move_to_end(key)
+            return tokenizer
+        from minijinja_py.chat.tokens import ChatTokenizer
+
+        tokenizer = ChatTokenizer.from_pretrained(path)
+        self.tokenizers[key] = tokenizer
+        while len(self.tokenizers) > TOKENIZER_CACHE_SIZE:
+            self.tokenizers.popitem(last=False)
+        return tokenizer
+
+    def encode(self, path: str, cwd: str, fingerprint: str, now: object, args: tuple,
+               options: dict) -> bytes:
+        """``apply_chat_template(<the folder's tokenizer>, *args, tokenize=True, **options)``
+        as a reply: each column's rows as 64-bit ints, then the text of each row."""
+        from array import array
+
+        from minijinja_py.chat import api
+
+        if os.getcwd() != cwd:  # relative paths and messages as the caller's process sees them
+            os.chdir(cwd)
+        tokenizer = self.tokenizer(path, cwd, fingerprint)
+        encoding = api.apply_chat_template(tokenizer, *args, tokenize=True, return_dict=True,
+                                           now=now, **options)
+        batched = isinstance(encoding.text, list)
+        texts = encoding.text if batched else [encoding.text]
+        columns, blobs = [], []
+        for column, rows in encoding.items():
+            rows = rows if batched else [rows]
+            pairs = column == "offset_mapping"
+            flat = array("q")
+            for row in rows:
+                for value in row:
+                    flat.extend(value if pairs else (value,))
+            columns.append([column, [len(row) for row in rows]])
+            blobs.append(flat.tobytes())
+        blobs.extend(_text_bytes(text) for text in texts)
+        return encode_reply({"ok": True, "batched": batched, "columns": columns}, blobs)
 
     def memory_reply(self, exc: BaseException) -> bytes:
         return encode_reply({"ok": False, "memory": True,
                              "lineno": _int_or_none(getattr(exc, "lineno", None)),
                              "column": _int_or_none(getattr(exc, "column", None))}, [])
 
-    def error_reply(self, exc: BaseException) -> bytes:
+    def error_reply(self, exc: BaseException, carry_location: bool = False) -> bytes:
+        """The error as a header and its strings; with ``carry_location`` the template's name
+        and source follow the message in the body (the parent sent no template of its own)."""
         exceptions = self.exceptions
         cls = type(exc)
         header: dict = {"ok": False, "class": cls.__name__,
@@ -218,10 +272,38 @@ class _Worker:
                 message = str(exc)
             except Exception:  # noqa: BLE001
                 message = ""
+        blobs = []
         if message is None:
             header["message_none"] = True
-            return encode_reply(header, [])
-        return encode_reply(header, [_text_bytes(str(message))])
+        else:
+            blobs.append(_text_bytes(str(message)))
+        if carry_location and header.get("template_error"):
+            header["carried"] = True
+            blobs.extend(_text_bytes(str(text)) for text in (exc.name, exc.source)
+                         if text is not None)
+        return encode_reply(header, blobs)
+
+
+def _use_pool_limits(options: dict) -> None:
+    """Make the chat templates a tokenizer compiles (``pipeline._environment_for``) use the
+    pool's limits and parse cache setting, as every other render in the worker does. The
+    worker is this process's only user of the pipeline, so the module function is replaced."""
+    from minijinja_py.chat import pipeline
+    from minijinja_py.environment import chat_environment
+
+    shared: dict = {}
+
+    def environment_for(now: object) -> object:
+        if callable(now):
+            return chat_environment(now=now, **options)
+        env = shared.get(now)
+        if env is None:
+            env = shared[now] = chat_environment(now=now, **options)
+            while len(shared) > 4:
+                del shared[next(iter(shared))]
+        return env
+
+    pipeline._environment_for = environment_for
 
 
 def _int_or_none(value: object) -> "int | None":

@@ -43,6 +43,20 @@ def _model_path(value: Any) -> Union[None, str, "os.PathLike[str]"]:
     return value
 
 
+def tokenizer_folder(value: Any) -> Union[str, "os.PathLike[str]"]:
+    """The model folder (or tokenizer file) ``value`` names for ``tokenize=True``: a
+    FileNotFoundError when it names nothing, a TypeError when it is not a path (a template
+    source or a config has no tokenizer). Shared with ``RenderPool.encode``, which must
+    refuse what this function refuses, with the same errors."""
+    path = _model_path(value)
+    if path is None:
+        raise TypeError("tokenize=True needs a model folder (with tokenizer.json) or a "
+                        "ChatTokenizer as the first argument, not a "
+                        f"{type(value).__name__} (a template source or config "
+                        "has no tokenizer: pass it as chat_template= with the folder)")
+    return path
+
+
 def _is_chat_tokenizer(value: Any) -> bool:
     # Until the tokenizer layer is imported no ChatTokenizer exists: a plain render does not
     # import it (see the imports at the top)
@@ -104,13 +118,8 @@ def apply_chat_template(source_or_config: Union[str, PathLike, Mapping[str, Any]
 
         if _is_chat_tokenizer(source_or_config):
             tokenizer = source_or_config
-        elif path is not None:
-            tokenizer = load_tokenizer(path)
         else:
-            raise TypeError("tokenize=True needs a model folder (with tokenizer.json) or a "
-                            "ChatTokenizer as the first argument, not a "
-                            f"{type(source_or_config).__name__} (a template source or config "
-                            "has no tokenizer: pass it as chat_template= with the folder)")
+            tokenizer = load_tokenizer(tokenizer_folder(source_or_config))
         if chat_template is None and template_name is not None:
             chat_template = template_name
             if template_name not in tokenizer.chat_templates:

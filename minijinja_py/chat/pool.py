@@ -24,6 +24,12 @@ moves every parse and render into long-lived worker processes:
 ...     pool.render("{{ greeting }}, {{ name }}!", {"greeting": "Hello"}, name="world")
 ...     pool.render_chat(source, messages, add_generation_prompt=True)
 
+``encode`` is ``apply_chat_template(model_dir, ..., tokenize=True)`` in a worker: the worker
+loads the folder's tokenizer (once, kept while the folder's files are unchanged), renders and
+encodes, and sends the columns back as arrays of 64-bit ints plus the rendered text, so the
+caller gets the same :class:`~minijinja_py.ChatEncoding` (ids, attention mask, assistant masks,
+sanitised ids) or the same error as in process.
+
 What runs where: ``render`` pickles its variables to a worker, so they must be picklable (and
 their classes importable there: workers get this process's ``sys.path``). ``render_chat`` runs
 the chat pipeline's data steps here (messages to plain dicts, Python functions given as tools
@@ -64,6 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
     from .pipeline import RenderResult
+    from .tokens import ChatEncoding
 
 __all__ = ["RenderPool", "RenderTimeoutError", "RenderMemoryError", "WorkerCrashedError",
            "DEFAULT_MEMORY_LIMIT", "DEFAULT_TIMEOUT"]
@@ -418,6 +425,7 @@ class RenderPool:
         self._busy = 0
         self._missing = 0  # replacements that could not be started (retried on demand)
         self._closed = False
+        self._fingerprints = _Fingerprints()
         self._finalizer = weakref.finalize(self, _stop_all, self._all, self._pid)
         for _ in range(self.processes):
             self._idle.append(self._spawn())
@@ -485,6 +493,57 @@ class RenderPool:
         _check_source(source, "template source must be str")
         kind = "chat" if chat else "env"
         self._call(("check", kind, source, template_name), source, template_name)
+
+    def encode(self, model_dir: "Union[str, os.PathLike[str]]", messages: "Any" = None, /,
+               tools: "Any" = None, documents: "Any" = None,
+               add_generation_prompt: bool = False,
+               continue_final_message: "Union[bool, str]" = False, *,
+               conversation: "Any" = None, **options: "Any") -> "ChatEncoding":
+        """Like ``apply_chat_template(model_dir, messages, ..., tokenize=True,
+        return_dict=True, **options)`` in this process: the same
+        :class:`~minijinja_py.ChatEncoding` (``input_ids``, ``attention_mask``,
+        ``assistant_masks``, sanitised ids, ``text``) or the same error, with the pool's
+        memory cap, timeout and limits around the render and the encoding.
+
+        ``model_dir`` is a model folder with ``tokenizer.json`` (or that file's path). Each
+        worker loads a folder's tokenizer once and keeps it (the last few folders), keyed by the
+        path and a hash of the folder's files: this process hashes them again only when their
+        size or modification time changed, so an edited folder is loaded afresh. ``options`` are
+        ``apply_chat_template``'s (``chat_template``, ``template_name``, ``now`` (default: the
+        pool's), ``sanitize_control_tokens``, ``return_assistant_tokens_mask``, ``padding``,
+        ``truncation``, ``max_length``, ``tokenizer_kwargs``) and template variables; they and
+        the messages are pickled to the worker, so they must be picklable (tools given as
+        Python functions are not: pass their JSON schemas). ``return_tensors`` is not supported
+        here: the reply holds lists of ints.
+        """
+        from .api import tokenizer_folder
+        from .pipeline import _the_conversation
+        from .tokens import ChatEncoding
+
+        messages = _the_conversation(messages, conversation, "RenderPool.encode")
+        for refused in ("tokenize", "return_dict", "return_tensors"):
+            if refused in options:
+                raise TypeError(f"RenderPool.encode() does not take {refused}: it always "
+                                "returns a ChatEncoding of lists")
+        now = options.pop("now") if "now" in options else self._moment()
+        path = os.fspath(tokenizer_folder(model_dir))  # refused here as in-process
+        if not isinstance(path, str):
+            raise TypeError(f"model_dir must be a str path, not {type(path).__name__}")
+        cwd = os.getcwd()
+        args = (messages, tools, documents, add_generation_prompt, continue_final_message)
+        request = ("encode", path, cwd, self._fingerprints.of(os.path.join(cwd, path)), now,
+                   args, options)
+        try:
+            payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise TypeError(f"RenderPool.encode arguments must be picklable: {exc}") from exc
+        except RecursionError:
+            raise TypeError("RenderPool.encode arguments are nested too deeply to be copied to "
+                            "a worker process") from None
+        columns, text = self._call(payload, None, None, _decode_encoding, carried=True)
+        result = ChatEncoding(columns)
+        result.text = text
+        return result
 
     def worker_pids(self) -> "List[int]":
         """Process ids of the running workers (for monitoring)."""
@@ -651,10 +710,13 @@ class RenderPool:
         now = self.now
         return now() if callable(now) else now
 
-    def _call(self, request: "Any", source: str, name: "Optional[str]",
-              decode: "Optional[Callable[[dict, bytearray], Any]]" = None) -> "Any":
+    def _call(self, request: "Any", source: "Optional[str]", name: "Optional[str]",
+              decode: "Optional[Callable[[dict, bytearray], Any]]" = None,
+              carried: bool = False) -> "Any":
         """Run one request on a free worker: ``decode(header, body)`` of a successful reply
-        (None without ``decode``), or the request's error raised."""
+        (None without ``decode``), or the request's error raised. ``carried``: the worker
+        sends an error's template name and source (requests whose template the parent does
+        not have, such as a model folder's)."""
         if not isinstance(request, bytes):
             request = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         frame = REQUEST_HEAD.pack(len(request)) + request
@@ -699,7 +761,7 @@ class RenderPool:
                 if header.get("ok") is True:
                     outcome = decode(header, body) if decode is not None else None
                 else:
-                    outcome = _rebuild_error(header, body, source, name)
+                    outcome = _rebuild_error(header, body, source, name, carried)
             except _ProtocolError as exc:
                 raise self._crashed(worker, f"sent a malformed reply ({exc})", source,
                                     name) from None
@@ -861,6 +923,136 @@ def _decode_result(header: dict, body: bytearray, spans: bool
     return text, list(zip(flat[0::2], flat[1::2]))
 
 
+#: The files of a model folder that loading its tokenizer reads (the folder's content hash).
+_FOLDER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "chat_template.jinja", "chat_template.json")
+_TEMPLATE_FOLDER = "additional_chat_templates"
+#: A file larger than any the worker would load (tokens.MAX_TOKENIZER_BYTES) is not read here:
+#: its size and time stand for it, and the worker refuses it.
+_MOST_HASHED = 512 << 20
+
+
+class _Fingerprints:
+    """Content hashes of model folders, computed again only when a file's size, modification
+    time or inode changed (the last few folders are remembered)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self.known: "Dict[str, Tuple[tuple, str]]" = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _files(path: str) -> "List[str]":
+        directory = path if os.path.isdir(path) else os.path.dirname(path)
+        files = [os.path.join(directory, name) for name in _FOLDER_FILES]
+        extra = os.path.join(directory, _TEMPLATE_FOLDER)
+        try:
+            files += [os.path.join(extra, name) for name in sorted(os.listdir(extra))]
+        except OSError:
+            pass
+        return files
+
+    def of(self, path: str) -> str:
+        files = self._files(path)
+        stamps = tuple(_stamp(file) for file in files)
+        with self.lock:
+            known = self.known.get(path)
+        if known is not None and known[0] == stamps:
+            return known[1]
+        import hashlib
+
+        digest = hashlib.sha256()
+        for file, stamp in zip(files, stamps):
+            digest.update(repr((os.path.basename(file), stamp[1:])).encode())
+            if stamp[0] and stamp[1] <= _MOST_HASHED:
+                _hash_file(file, digest, _MOST_HASHED)
+        fingerprint = digest.hexdigest()
+        with self.lock:
+            self.known.pop(path, None)
+            self.known[path] = (stamps, fingerprint)
+            while len(self.known) > self.size:
+                del self.known[next(iter(self.known))]
+        return fingerprint
+
+
+def _stamp(file: str) -> tuple:
+    """(regular file?, size, mtime, inode), or (False,) when it does not exist."""
+    import stat
+
+    try:
+        status = os.stat(file)
+    except OSError:
+        return (False,)
+    return (stat.S_ISREG(status.st_mode), status.st_size, status.st_mtime_ns, status.st_ino)
+
+
+def _hash_file(file: str, digest: "Any", most: int) -> None:
+    """Add a regular file's bytes (at most ``most``) to ``digest``; anything else (a FIFO
+    swapped in, a file that went away) adds nothing, since the worker reports what is wrong
+    with the folder."""
+    import stat
+
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        while most > 0:
+            chunk = os.read(fd, min(1 << 20, most))
+            if not chunk:
+                return
+            digest.update(chunk)
+            most -= len(chunk)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+
+
+#: The columns an encoding may have; offset_mapping holds (start, end) pairs.
+_ENCODING_COLUMNS = {"input_ids": 1, "attention_mask": 1, "assistant_masks": 1,
+                     "offset_mapping": 2}
+
+
+def _decode_encoding(header: dict, body: bytearray) -> "Tuple[Dict[str, Any], Any]":
+    """(columns, text) of an encode reply: every field checked, nothing evaluated."""
+    from array import array
+
+    batched, columns = header.get("batched"), header.get("columns")
+    if type(batched) is not bool or not isinstance(columns, list) or not columns:
+        raise _ProtocolError("encode reply without its columns")
+    shapes = []
+    for entry in columns:
+        if (not isinstance(entry, list) or len(entry) != 2 or entry[0] not in _ENCODING_COLUMNS
+                or not isinstance(entry[1], list)
+                or not all(type(n) is int and n >= 0 for n in entry[1])):
+            raise _ProtocolError("a column is not a name and row lengths")
+        shapes.append((entry[0], entry[1]))
+    rows = len(shapes[0][1])
+    if any(len(lengths) != rows for _, lengths in shapes) or (not batched and rows != 1):
+        raise _ProtocolError("columns of different row counts")
+    blobs = _blobs(header, body, len(shapes) + rows)
+    result: "Dict[str, Any]" = {}
+    for (column, lengths), blob in zip(shapes, blobs):
+        width = _ENCODING_COLUMNS[column]
+        if len(blob) != 8 * width * sum(lengths):
+            raise _ProtocolError(f"{column} does not match its row lengths")
+        flat = array("q")
+        flat.frombytes(blob)
+        values = flat.tolist()
+        if width == 2:
+            values = list(zip(values[0::2], values[1::2]))
+        table, at = [], 0
+        for length in lengths:
+            table.append(values[at:at + length])
+            at += length
+        result[column] = table if batched else table[0]
+    texts = [_text(blob) for blob in blobs[len(shapes):]]
+    return result, texts if batched else texts[0]
+
+
 def _builtin_exception(name: "Any") -> "Optional[type]":
     if not isinstance(name, str) or not _NAME.match(name):
         return None
@@ -870,27 +1062,52 @@ def _builtin_exception(name: "Any") -> "Optional[type]":
     return None
 
 
-def _rebuild_error(header: dict, body: bytearray, source: str, name: "Optional[str]"
-                   ) -> Exception:
-    """The worker's error as the same class, message, location, name and source."""
+def _chat_error_class(name: str) -> "Optional[type]":
+    """The chat layer's own error classes, by name (imported only when an error names one)."""
+    where = _CHAT_ERRORS.get(name)
+    if where is None:
+        return None
+    import importlib
+
+    return getattr(importlib.import_module(where, __package__), name)
+
+
+#: Errors of the chat layer an encode can raise in the worker: rebuilt as the same class.
+_CHAT_ERRORS = {"ChatConfigError": ".files", "GGUFError": ".gguf",
+                "ChatTemplateValueError": ".pipeline", "UnencodableTextError": ".tokens",
+                "TokenizersNotInstalledError": ".tokens",
+                "TensorLibraryNotInstalledError": ".tokenizer_api"}
+
+
+def _rebuild_error(header: dict, body: bytearray, source: "Optional[str]", name: "Optional[str]",
+                   carried: bool = False) -> Exception:
+    """The worker's error as the same class, message, location, name and source (with
+    ``carried``, the name and source the worker sent after the message)."""
     class_name = header.get("class")
     if not isinstance(class_name, str) or not _NAME.match(class_name):
         raise _ProtocolError("error class is not a name")
-    if header.get("message_none") is True:
-        _blobs(header, body, 0)
-        message = None
-    else:
-        message = _text(_blobs(header, body, 1)[0])
-    if header.get("template_error") is not True:
-        # not a TemplateError: an engine bug escaped; the same builtin class as in-process
-        cls = _builtin_exception(class_name) or _builtin_exception(header.get("builtin"))
+    template_error = header.get("template_error") is True
+    has_message = header.get("message_none") is not True
+    carries = carried and template_error and header.get("carried") is True
+    located = [header.get(key) is True for key in ("name", "source")] if carries else []
+    strings = [_text(blob) for blob in _blobs(header, body, has_message + sum(located))]
+    message = strings.pop(0) if has_message else None
+    if carries:
+        name = strings.pop(0) if located[0] else None
+        source = strings.pop(0) if located[1] else None
+    if not template_error:
+        # not a TemplateError: an engine bug escaped, or a chat error that is a ValueError
+        # (ChatConfigError...); the same class as in-process
+        cls = (_chat_error_class(class_name) or _builtin_exception(class_name)
+               or _builtin_exception(header.get("builtin")))
         if cls is not None:
             try:
                 return cls(message)
             except Exception:  # noqa: BLE001 - a class that takes other arguments
                 pass
         return TemplateRuntimeError(f"{class_name}: {message}")
-    cls = _TEMPLATE_ERRORS.get(class_name) or _POOL_ERRORS.get(class_name)
+    cls = (_TEMPLATE_ERRORS.get(class_name) or _POOL_ERRORS.get(class_name)
+           or _chat_error_class(class_name))
     if cls is None:
         python_class = _builtin_exception(header.get("builtin"))
         if python_class is not None and not issubclass(python_class, TemplateError):
