@@ -289,22 +289,24 @@ def _parse_json_text(text: str, what: str) -> Any:
         raise DataError(f"{what}: cannot read the JSON ({_first_line(exc)})") from None
 
 
-def _read_json(path: str, what: str) -> Any:
+def _read_text(path: str, what: str) -> str:
+    """A UTF-8 file's text ('-': standard input); every failure is a one-line error."""
     try:
         if path == "-":
-            text = sys.stdin.buffer.read().decode("utf-8")
-            where = "<stdin>"
-        else:
-            with open(path, "rb") as handle:
-                text = handle.read().decode("utf-8")
-            where = path
+            return sys.stdin.buffer.read().decode("utf-8")
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{what}: no such file: {path}") from None
     except OSError as exc:
         raise UsageError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{what}: {path} is not UTF-8 ({exc.reason})") from None
-    return _parse_json_text(text, f"{what}: {where}")
+
+
+def _read_json(path: str, what: str) -> Any:
+    where = "<stdin>" if path == "-" else path
+    return _parse_json_text(_read_text(path, what), f"{what}: {where}")
 
 
 def _parse_var(text: str) -> Tuple[str, Any]:
@@ -853,20 +855,6 @@ def _prefix_report_of(chat_template: ChatTemplate, caps: Any,
 
 
 # ---- parse -----------------------------------------------------------------------------------
-def _read_text(path: str, what: str) -> str:
-    try:
-        if path == "-":
-            return sys.stdin.buffer.read().decode("utf-8")
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{what}: no such file: {path}") from None
-    except OSError as exc:
-        raise UsageError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{what}: {path} is not UTF-8 ({exc.reason})") from None
-
-
 def _cmd_parse(args: argparse.Namespace) -> int:
     """``minijinja-py parse``: derive the response parser (parse_command.py has the
     arguments) and parse --text with it, or show its layout."""

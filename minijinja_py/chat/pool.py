@@ -533,13 +533,7 @@ class RenderPool:
         args = (messages, tools, documents, add_generation_prompt, continue_final_message)
         request = ("encode", path, cwd, self._fingerprints.of(os.path.join(cwd, path)), now,
                    args, options)
-        try:
-            payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise TypeError(f"RenderPool.encode arguments must be picklable: {exc}") from exc
-        except RecursionError:
-            raise TypeError("RenderPool.encode arguments are nested too deeply to be copied to "
-                            "a worker process") from None
+        payload = _pickled(request, "RenderPool.encode arguments")
         columns, text = self._call(payload, None, None, _decode_encoding, carried=True)
         result = ChatEncoding(columns)
         result.text = text
@@ -669,13 +663,7 @@ class RenderPool:
     def _render(self, kind: str, source: str, name: "Optional[str]", variables: "Dict[str, Any]",
                 spans: bool) -> "Tuple[str, List[Tuple[int, int]]]":
         request = ("render", kind, source, name, variables, spans, self._moment())
-        try:
-            payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise TypeError(f"RenderPool variables must be picklable: {exc}") from exc
-        except RecursionError:
-            raise TypeError("RenderPool variables are nested too deeply to be copied to a "
-                            "worker process") from None
+        payload = _pickled(request, "RenderPool variables")
         return self._call(payload, source, name,
                           lambda header, body: _decode_result(header, body, spans))
 
@@ -793,6 +781,17 @@ class RenderPool:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+def _pickled(request: tuple, what: str) -> bytes:
+    """``request`` pickled for a worker; what cannot be is a TypeError naming ``what``."""
+    try:
+        return pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TypeError(f"{what} must be picklable: {exc}") from exc
+    except RecursionError:
+        raise TypeError(f"{what} are nested too deeply to be copied to a worker process"
+                        ) from None
+
+
 def _check_source(source: "Any", message: str) -> None:
     if not isinstance(source, str):
         raise TypeError(f"{message}, not {type(source).__name__}")
